@@ -1,0 +1,312 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Version is the only JSON-RPC version spoken.
+const Version = "2.0"
+
+// DefaultMaxMessageBytes is the size limit of one message on every bus.
+const DefaultMaxMessageBytes = 1 << 20
+
+// Request is a JSON-RPC request or notification. ID is the raw id as sent
+// (a string, a number or null); nil means absent, which makes the request a
+// notification.
+type Request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params,omitempty"`
+}
+
+// IsNotification reports whether the request has no id.
+func (r *Request) IsNotification() bool { return r.ID == nil }
+
+// Response is a JSON-RPC response: exactly one of Result and Error.
+type Response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *Error          `json:"error,omitempty"`
+}
+
+// Notification is a JSON-RPC notification from the broker.
+type Notification struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// envelope decodes the members of any message without committing to their
+// types, so each can be checked in the protocol's order.
+type envelope struct {
+	JSONRPC json.RawMessage `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Method  json.RawMessage `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result"`
+	Error   json.RawMessage `json:"error"`
+}
+
+var null = []byte("null")
+
+// ParseRequest decodes one raw request as the broker must (PROTOCOL §1).
+// On failure it returns the error to answer with; the request is then to be
+// answered with id null, except for ErrMethodNotFound-class errors found
+// later by the caller. maxBytes <= 0 means DefaultMaxMessageBytes.
+//
+// The returned Request's Params is never nil: absent params are "{}".
+// Whether Params is an object is not checked here (that is -32602, which
+// ranks below -32601 and so needs the method table).
+func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxMessageBytes
+	}
+	if len(raw) > maxBytes {
+		return nil, ErrInvalidRequest.Withf("message of %d bytes is over the limit of %d", len(raw), maxBytes)
+	}
+	if !utf8.Valid(raw) {
+		return nil, ErrParse.Withf("message is not valid UTF-8")
+	}
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) == 0 {
+		return nil, ErrParse.Withf("empty message")
+	}
+	switch trimmed[0] {
+	case '{':
+	case '[':
+		if !json.Valid(trimmed) {
+			return nil, ErrParse.Withf("message is not valid JSON")
+		}
+		return nil, ErrInvalidRequest.Withf("batches are not supported")
+	default:
+		if !json.Valid(trimmed) {
+			return nil, ErrParse.Withf("message is not valid JSON")
+		}
+		return nil, ErrInvalidRequest.Withf("a request must be a JSON object")
+	}
+	var env envelope
+	if err := json.Unmarshal(trimmed, &env); err != nil {
+		return nil, ErrParse.Withf("message is not valid JSON: %s", jsonProblem(err))
+	}
+	var version string
+	if err := json.Unmarshal(env.JSONRPC, &version); err != nil || version != Version {
+		return nil, ErrInvalidRequest.Withf(`"jsonrpc" must be "2.0"`)
+	}
+	if env.ID != nil {
+		switch env.ID[0] {
+		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		default:
+			return nil, ErrInvalidRequest.Withf(`"id" must be a string, a number or null`)
+		}
+	}
+	var method string
+	if err := json.Unmarshal(env.Method, &method); err != nil || env.Method == nil || method == "" {
+		return nil, ErrInvalidRequest.Withf(`"method" must be a non-empty string`)
+	}
+	params := env.Params
+	if params == nil {
+		params = json.RawMessage("{}")
+	}
+	return &Request{JSONRPC: Version, ID: env.ID, Method: method, Params: params}, nil
+}
+
+// ParamsObject reports whether raw params are a JSON object (after
+// ParseRequest, absent params are already "{}").
+func ParamsObject(params json.RawMessage) bool {
+	p := bytes.TrimLeft(params, " \t\r\n")
+	return len(p) > 0 && p[0] == '{'
+}
+
+// EncodeRequest encodes a request with a numeric id.
+func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
+	p, err := marshalParams(params)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(Request{JSONRPC: Version, ID: json.RawMessage(fmt.Appendf(nil, "%d", id)), Method: method, Params: p})
+}
+
+func marshalParams(params any) (json.RawMessage, error) {
+	switch p := params.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		return p, nil
+	case []byte:
+		return json.RawMessage(p), nil
+	}
+	b, err := json.Marshal(params)
+	if err != nil {
+		return nil, fmt.Errorf("wire: encode params: %w", err)
+	}
+	return b, nil
+}
+
+// EncodeResult encodes a successful response.
+func EncodeResult(id json.RawMessage, result any) ([]byte, error) {
+	r, ok := result.(json.RawMessage)
+	if !ok {
+		b, err := json.Marshal(result)
+		if err != nil {
+			return nil, err
+		}
+		r = b
+	}
+	return json.Marshal(Response{JSONRPC: Version, ID: id, Result: r})
+}
+
+// ErrNotResponse is returned by DecodeResponse for a message that is not a
+// JSON-RPC response.
+var ErrNotResponse = errors.New("wire: not a JSON-RPC response")
+
+// DecodeResponse decodes a response. It returns the raw id, and either the
+// raw result or the error object the broker answered with. A message that
+// is not a response is ErrNotResponse.
+func DecodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpcErr *Error, err error) {
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %v", ErrNotResponse, err)
+	}
+	if env.Method != nil {
+		return nil, nil, nil, fmt.Errorf("%w: it has a method", ErrNotResponse)
+	}
+	if env.Error != nil && !bytes.Equal(env.Error, null) {
+		var e Error
+		if err := json.Unmarshal(env.Error, &e); err != nil {
+			return env.ID, nil, nil, fmt.Errorf("%w: bad error object: %v", ErrNotResponse, err)
+		}
+		return env.ID, nil, &e, nil
+	}
+	if env.Result == nil {
+		return env.ID, nil, nil, fmt.Errorf("%w: neither result nor error", ErrNotResponse)
+	}
+	return env.ID, env.Result, nil, nil
+}
+
+// NotificationHead is what a bus needs to route a notification without
+// decoding it whole.
+type NotificationHead struct {
+	Method string
+	// RecipientContextID is the recipient's session; "" when a producer
+	// omitted it.
+	RecipientContextID string
+	// ContextID is the session the event comes from: the delivery fallback
+	// when RecipientContextID is absent (ADR 0162 rule 5).
+	ContextID string
+	// Seq is the notification's number in its recipient session.
+	Seq uint64
+	// Epoch names the broker run that numbered it.
+	Epoch string
+}
+
+// Session returns the session a notification is to be delivered to:
+// recipientContextId, else contextId.
+func (h NotificationHead) Session() string {
+	if h.RecipientContextID != "" {
+		return h.RecipientContextID
+	}
+	return h.ContextID
+}
+
+// DecodeNotificationHead reads the routing fields of a notification.
+func DecodeNotificationHead(raw []byte) (NotificationHead, error) {
+	var n struct {
+		Method string `json:"method"`
+		Params struct {
+			RecipientContextID string `json:"recipientContextId"`
+			ContextID          string `json:"contextId"`
+			Seq                uint64 `json:"seq"`
+			Epoch              string `json:"epoch"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return NotificationHead{}, err
+	}
+	return NotificationHead{
+		Method:             n.Method,
+		RecipientContextID: n.Params.RecipientContextID,
+		ContextID:          n.Params.ContextID,
+		Seq:                n.Params.Seq,
+		Epoch:              n.Params.Epoch,
+	}, nil
+}
+
+// DecodeParams decodes request params into v, turning decoding failures
+// into ErrInvalidParams with a message that names the field.
+func DecodeParams(params json.RawMessage, v any) *Error {
+	if !ParamsObject(params) {
+		return ErrInvalidParams.Withf("params must be an object")
+	}
+	if err := json.Unmarshal(params, v); err != nil {
+		return ErrInvalidParams.Withf("%s", jsonProblem(err))
+	}
+	return nil
+}
+
+// jsonProblem rewrites encoding/json's errors in the protocol's terms, so
+// that no Go type name reaches a client.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("%s: want %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		}
+		return fmt.Sprintf("want %s, got %s", jsonKind(te.Type.Kind().String()), te.Value)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("%v (at byte %d)", se, se.Offset)
+	}
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fe.Error()
+	}
+	return err.Error()
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "map", "struct", "ptr":
+		return "object"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
+		return "number"
+	}
+	return goKind
+}
+
+// FieldError is a validation failure of one field of a decoded object.
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// ResultOf decodes a response as a caller wants it: the raw result, or the
+// *Error the broker answered with as the error.
+func ResultOf(raw []byte) (json.RawMessage, error) {
+	_, result, rpcErr, err := DecodeResponse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if rpcErr != nil {
+		return nil, rpcErr
+	}
+	return result, nil
+}

@@ -1,0 +1,212 @@
+package wire
+
+import "encoding/json"
+
+// The method names.
+const (
+	MethodRegister     = "a2a.agents.register"
+	MethodDeregister   = "a2a.agents.deregister"
+	MethodListAgents   = "a2a.agents.list"
+	MethodSend         = "a2a.message.send"
+	MethodGetTask      = "a2a.tasks.get"
+	MethodListTasks    = "a2a.tasks.list"
+	MethodUpdateTask   = "a2a.tasks.update"
+	MethodCancelTask   = "a2a.tasks.cancel"
+	MethodReplay       = "a2a.events.replay"
+	MethodSessionOpen  = "a2a.sessions.open"
+	MethodSessionClose = "a2a.sessions.close"
+
+	// NotifyTaskEvent and NotifyPush are the two notifications.
+	NotifyTaskEvent = "a2a.task.event"
+	NotifyPush      = "a2a.push"
+)
+
+// RegisterParams are the params of a2a.agents.register.
+type RegisterParams struct {
+	ContextID  string     `json:"contextId"`
+	Card       *AgentCard `json:"card"`
+	InstanceID string     `json:"instanceId,omitempty"`
+}
+
+// RegisterResult is the result of a2a.agents.register.
+type RegisterResult struct {
+	AgentID    string    `json:"agentId"`
+	Token      string    `json:"token"`
+	InstanceID string    `json:"instanceId"`
+	Card       AgentCard `json:"card"`
+}
+
+// TokenParams are the params of methods that take only a token
+// (a2a.agents.deregister, a2a.agents.list).
+type TokenParams struct {
+	Token string `json:"token"`
+}
+
+// ListAgentsResult is the result of a2a.agents.list.
+type ListAgentsResult struct {
+	Agents []AgentCard `json:"agents"`
+}
+
+// SendParams are the params of a2a.message.send.
+type SendParams struct {
+	Token    string          `json:"token"`
+	To       string          `json:"to,omitempty"`
+	TaskID   string          `json:"taskId,omitempty"`
+	Message  *Message        `json:"message"`
+	Oneway   bool            `json:"oneway,omitempty"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// SendResult is the result of a2a.message.send: Task, or Delivered for a
+// oneway send.
+type SendResult struct {
+	Task      *Task  `json:"task,omitempty"`
+	Delivered string `json:"delivered,omitempty"`
+}
+
+// TaskParams are the params of a2a.tasks.get and a2a.tasks.cancel.
+type TaskParams struct {
+	Token  string `json:"token"`
+	TaskID string `json:"taskId"`
+}
+
+// TaskResult is the result of the methods that return one task.
+type TaskResult struct {
+	Task *Task `json:"task"`
+}
+
+// ListRole filters a2a.tasks.list by the caller's role in the task.
+type ListRole string
+
+// The roles a task list can be filtered by.
+const (
+	ListRequester ListRole = "requester"
+	ListAssignee  ListRole = "assignee"
+)
+
+// ListTasksParams are the params of a2a.tasks.list.
+type ListTasksParams struct {
+	Token string   `json:"token"`
+	State State    `json:"state,omitempty"`
+	Role  ListRole `json:"role,omitempty"`
+}
+
+// ListTasksResult is the result of a2a.tasks.list.
+type ListTasksResult struct {
+	Tasks []*Task `json:"tasks"`
+}
+
+// UpdateParams are the params of a2a.tasks.update.
+type UpdateParams struct {
+	Token     string     `json:"token"`
+	TaskID    string     `json:"taskId"`
+	State     State      `json:"state"`
+	Message   *Message   `json:"message,omitempty"`
+	Artifacts []Artifact `json:"artifacts,omitempty"`
+}
+
+// ReplayParams are the params of a2a.events.replay. Both Epoch and AfterSeq
+// are required; pointers keep their presence.
+type ReplayParams struct {
+	ContextID string  `json:"contextId"`
+	Epoch     *string `json:"epoch"`
+	AfterSeq  *uint64 `json:"afterSeq"`
+}
+
+// ReplayResult is the result of a2a.events.replay: whole notifications, in
+// seq order.
+type ReplayResult struct {
+	Epoch   string            `json:"epoch"`
+	LastSeq uint64            `json:"lastSeq"`
+	Events  []json.RawMessage `json:"events"`
+}
+
+// SessionParams are the params of a2a.sessions.open and .close.
+type SessionParams struct {
+	ContextID string `json:"contextId"`
+}
+
+// SessionCredentials is the result of a2a.sessions.open.
+type SessionCredentials struct {
+	URL      string `json:"url"`
+	User     string `json:"user"`
+	Password string `json:"password"`
+}
+
+// EventKind says what changed in an a2a.task.event.
+type EventKind string
+
+// The event kinds.
+const (
+	EventCreated EventKind = "created"
+	EventMessage EventKind = "message"
+	EventStatus  EventKind = "status"
+)
+
+// EventHead is the part every notification's params share.
+type EventHead struct {
+	Recipient          string `json:"recipient"`
+	RecipientContextID string `json:"recipientContextId"`
+	ContextID          string `json:"contextId"`
+	Seq                uint64 `json:"seq"`
+	Epoch              string `json:"epoch"`
+}
+
+// TaskEvent is the params of a2a.task.event.
+type TaskEvent struct {
+	EventHead
+	TaskID  string    `json:"taskId"`
+	Kind    EventKind `json:"kind"`
+	Task    *Task     `json:"task"`
+	Message *Message  `json:"message,omitempty"`
+	Final   bool      `json:"final"`
+}
+
+// Push is the params of a2a.push.
+type Push struct {
+	EventHead
+	From    string   `json:"from"`
+	Message *Message `json:"message"`
+}
+
+// Event is a decoded notification: exactly one of TaskEvent and Push.
+type Event struct {
+	Method    string
+	TaskEvent *TaskEvent
+	Push      *Push
+}
+
+// Head returns the routing fields of the event.
+func (e *Event) Head() EventHead {
+	if e.TaskEvent != nil {
+		return e.TaskEvent.EventHead
+	}
+	if e.Push != nil {
+		return e.Push.EventHead
+	}
+	return EventHead{}
+}
+
+// DecodeEvent decodes a notification from the broker.
+func DecodeEvent(raw []byte) (*Event, error) {
+	var n Notification
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return nil, err
+	}
+	ev := &Event{Method: n.Method}
+	switch n.Method {
+	case NotifyTaskEvent:
+		ev.TaskEvent = new(TaskEvent)
+		if err := json.Unmarshal(n.Params, ev.TaskEvent); err != nil {
+			return nil, err
+		}
+	case NotifyPush:
+		ev.Push = new(Push)
+		if err := json.Unmarshal(n.Params, ev.Push); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fieldErr("method", "unknown notification %s", quoteShort(n.Method))
+	}
+	return ev, nil
+}

@@ -1,0 +1,96 @@
+package wire_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func TestErrorTable(t *testing.T) {
+	want := map[string]int{
+		"A2A_UNKNOWN_TASK": -32001, "A2A_UNKNOWN_AGENT": -32040, "A2A_NO_PEERS": -32041,
+		"A2A_AMBIGUOUS_PEER": -32042, "A2A_CROSS_CONTEXT_DENIED": -32043, "A2A_TASK_LIMIT": -32044,
+		"A2A_UNAUTHORIZED": -32045, "A2A_INVALID_TRANSITION": -32046, "A2A_REPLAY_GAP": -32047,
+		"PARSE_ERROR": -32700, "INVALID_REQUEST": -32600, "METHOD_NOT_FOUND": -32601,
+		"INVALID_PARAMS": -32602, "INTERNAL_ERROR": -32603,
+	}
+	got := map[string]int{}
+	for _, e := range wire.Codes {
+		got[e.DataCode()] = e.Code
+	}
+	assert.Equal(t, want, got)
+}
+
+func TestErrorIsSurvivesTheWire(t *testing.T) {
+	sent := wire.ErrAmbiguousPeer.Withf("two of them")
+	sent.Data.Candidates = []string{"a", "b"}
+	raw := wire.ErrorResponse(json.RawMessage("7"), sent)
+	_, err := wire.ResultOf(raw)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, wire.ErrAmbiguousPeer)
+	assert.NotErrorIs(t, err, wire.ErrNoPeers)
+	assert.ErrorIs(t, fmt.Errorf("wrapped: %w", err), wire.ErrAmbiguousPeer)
+	var we *wire.Error
+	require.True(t, errors.As(err, &we))
+	assert.Equal(t, []string{"a", "b"}, we.Data.Candidates)
+	assert.Equal(t, "two of them", we.Message)
+	// Withf leaves the sentinel alone.
+	assert.Equal(t, "ambiguous peer", wire.ErrAmbiguousPeer.Message)
+	assert.Nil(t, wire.ErrAmbiguousPeer.Data.Candidates)
+}
+
+func TestTimeIsRFC3339UTCWithMilliseconds(t *testing.T) {
+	loc := time.FixedZone("X", 2*3600)
+	tm := wire.NewTime(time.Date(2026, 9, 5, 14, 3, 4, 123456789, loc))
+	b, err := json.Marshal(tm)
+	require.NoError(t, err)
+	assert.Equal(t, `"2026-09-05T12:03:04.123Z"`, string(b))
+	zero := wire.NewTime(time.Date(2026, 9, 5, 12, 0, 0, 0, time.UTC))
+	b, _ = json.Marshal(zero)
+	assert.Equal(t, `"2026-09-05T12:00:00.000Z"`, string(b), "milliseconds always shown")
+	var back wire.Time
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.True(t, back.Equal(zero.Time))
+}
+
+func TestPartEncodingKeepsPresence(t *testing.T) {
+	empty := wire.TextPart("")
+	b, err := json.Marshal(empty)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"kind":"text","text":""}`, string(b))
+	var null wire.Part
+	require.NoError(t, json.Unmarshal([]byte(`{"kind":"data","data":null}`), &null))
+	require.NoError(t, null.Validate("p"))
+	b, _ = json.Marshal(null)
+	assert.JSONEq(t, `{"kind":"data","data":null}`, string(b))
+	f := wire.FileBytesPart("a.bin", "application/octet-stream", []byte{0, 1, 2})
+	require.NoError(t, f.Validate("p"))
+	b, _ = json.Marshal(f)
+	assert.JSONEq(t, `{"kind":"file","file":{"name":"a.bin","mimeType":"application/octet-stream","bytes":"AAEC"}}`, string(b))
+}
+
+func TestStates(t *testing.T) {
+	for _, s := range wire.States {
+		assert.True(t, s.Valid())
+		assert.NotEqual(t, s.Open(), s.Terminal(), string(s))
+	}
+	assert.False(t, wire.State("done").Valid())
+	assert.False(t, wire.State("done").Open())
+	assert.False(t, wire.State("done").Terminal())
+}
+
+func TestDecodeNotificationHeadFallsBackToContextId(t *testing.T) {
+	h, err := wire.DecodeNotificationHead([]byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"contextId":"old","seq":3}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "old", h.Session(), "an older producer's event goes to contextId")
+	h, err = wire.DecodeNotificationHead([]byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"new","contextId":"old"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, "new", h.Session())
+}
