@@ -1,0 +1,179 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+)
+
+// Memory is a Store in memory, for tests and for a broker that keeps
+// nothing (--data-dir ""). The zero value is not usable; call NewMemory.
+type Memory struct {
+	mu     sync.RWMutex
+	closed bool
+	tasks  map[string]*Record
+	// byInstance indexes task ids by member instance.
+	byInstance map[string]map[string]struct{}
+	// openByContext counts open tasks by requester session.
+	openByContext map[string]int
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty in-memory store.
+func NewMemory() *Memory {
+	return &Memory{
+		tasks:         map[string]*Record{},
+		byInstance:    map[string]map[string]struct{}{},
+		openByContext: map[string]int{},
+	}
+}
+
+// Create implements Store.
+func (m *Memory) Create(_ context.Context, rec *Record, maxOpen int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if _, ok := m.tasks[rec.Task.ID]; ok {
+		return ErrExists
+	}
+	open := rec.Task.Status.State.Open()
+	if open && maxOpen > 0 && m.openByContext[rec.Task.ContextID] >= maxOpen {
+		return ErrLimit
+	}
+	c := rec.Clone()
+	m.tasks[c.Task.ID] = c
+	m.index(c.RequesterInstance, c.Task.ID)
+	m.index(c.AgentInstance, c.Task.ID)
+	if open {
+		m.openByContext[c.Task.ContextID]++
+	}
+	return nil
+}
+
+func (m *Memory) index(instance, id string) {
+	s := m.byInstance[instance]
+	if s == nil {
+		s = map[string]struct{}{}
+		m.byInstance[instance] = s
+	}
+	s[id] = struct{}{}
+}
+
+// Get implements Store.
+func (m *Memory) Get(_ context.Context, id string) (*Record, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	r, ok := m.tasks[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return r.Clone(), nil
+}
+
+// Update implements Store.
+func (m *Memory) Update(_ context.Context, id string, fn func(*Record) error) (*Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	r, ok := m.tasks[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	c := r.Clone()
+	if err := fn(c); err != nil {
+		return nil, err
+	}
+	wasOpen, isOpen := r.Task.Status.State.Open(), c.Task.Status.State.Open()
+	switch {
+	case wasOpen && !isOpen:
+		m.openByContext[r.Task.ContextID]--
+		if m.openByContext[r.Task.ContextID] == 0 {
+			delete(m.openByContext, r.Task.ContextID)
+		}
+	case !wasOpen && isOpen:
+		m.openByContext[r.Task.ContextID]++
+	}
+	m.tasks[id] = c
+	return c.Clone(), nil
+}
+
+// List implements Store.
+func (m *Memory) List(_ context.Context, q Query) ([]*Record, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	var out []*Record
+	consider := func(r *Record) {
+		if q.Matches(r) {
+			out = append(out, r.Clone())
+		}
+	}
+	if q.Instance != "" {
+		for id := range m.byInstance[q.Instance] {
+			consider(m.tasks[id])
+		}
+	} else {
+		for _, r := range m.tasks {
+			consider(r)
+		}
+	}
+	SortRecords(out)
+	return out, nil
+}
+
+// Close implements Store.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	return nil
+}
+
+// Matches reports whether q selects r.
+func (q Query) Matches(r *Record) bool {
+	if q.Instance != "" {
+		req, asg := r.RequesterInstance == q.Instance, r.AgentInstance == q.Instance
+		switch q.Role {
+		case Requester:
+			if !req {
+				return false
+			}
+		case Assignee:
+			if !asg {
+				return false
+			}
+		default:
+			if !req && !asg {
+				return false
+			}
+		}
+	}
+	if q.State != "" && r.Task.Status.State != q.State {
+		return false
+	}
+	if q.OpenOnly && !r.Task.Status.State.Open() {
+		return false
+	}
+	return true
+}
+
+// SortRecords sorts records oldest first: by CreatedAt, then id.
+func SortRecords(rs []*Record) {
+	slices.SortFunc(rs, func(a, b *Record) int {
+		if c := a.Task.CreatedAt.Compare(b.Task.CreatedAt.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Task.ID, b.Task.ID)
+	})
+}

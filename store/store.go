@@ -1,0 +1,93 @@
+// Package store is the broker's task store: the interface the broker is
+// written against, and Memory, its in-memory reference implementation.
+//
+// A store holds Records: a task as the wire shows it, plus what the
+// broker must know but never shows (the members' instance ids). Every
+// method is safe for concurrent use, returns copies the caller may change,
+// and reports a change as done only once it is as durable as the store
+// promises to make it.
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// Named errors.
+var (
+	// ErrNotFound is returned by Get and Update for a task id the store
+	// does not hold.
+	ErrNotFound = errors.New("store: task not found")
+	// ErrLimit is returned by Create when the requester's session already
+	// has the given number of open tasks.
+	ErrLimit = errors.New("store: open-task limit reached")
+	// ErrExists is returned by Create for a task id already stored.
+	ErrExists = errors.New("store: task already exists")
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("store: closed")
+)
+
+// Record is one stored task.
+type Record struct {
+	Task wire.Task `json:"task"`
+	// RequesterInstance and AgentInstance are the members' instance ids:
+	// membership is checked against them, never against names.
+	RequesterInstance string `json:"requesterInstance"`
+	AgentInstance     string `json:"agentInstance"`
+}
+
+// Clone returns a deep enough copy of r: its slices can be appended to
+// without touching r's.
+func (r *Record) Clone() *Record {
+	c := *r
+	c.Task = *r.Task.Clone()
+	return &c
+}
+
+// Role selects tasks by the instance's part in them.
+type Role uint8
+
+// The roles of Query.
+const (
+	AnyRole Role = iota
+	Requester
+	Assignee
+)
+
+// Query selects tasks for List. Zero fields select everything.
+type Query struct {
+	// Instance selects the tasks this instance is a member of ("": all).
+	Instance string
+	// Role narrows Instance to one side of the task.
+	Role Role
+	// State selects one state ("": any).
+	State wire.State
+	// OpenOnly selects only tasks in an open state.
+	OpenOnly bool
+}
+
+// Store holds tasks.
+type Store interface {
+	// Create stores a new task, unless its requester's session
+	// (rec.Task.ContextID) already has maxOpen open tasks (ErrLimit;
+	// maxOpen <= 0 means no limit), or the id is taken (ErrExists).
+	Create(ctx context.Context, rec *Record, maxOpen int) error
+
+	// Get returns the task with this id, or ErrNotFound.
+	Get(ctx context.Context, id string) (*Record, error)
+
+	// Update applies fn to the task with this id and stores the result,
+	// atomically with respect to every other call. An error from fn
+	// aborts the update and is returned as it is. fn must not change the
+	// task's id or its members. It returns the stored result.
+	Update(ctx context.Context, id string, fn func(*Record) error) (*Record, error)
+
+	// List returns the tasks q selects, oldest first (by CreatedAt, then
+	// id).
+	List(ctx context.Context, q Query) ([]*Record, error)
+
+	// Close releases the store. Idempotent.
+	Close() error
+}

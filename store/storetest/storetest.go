@@ -1,0 +1,275 @@
+// Package storetest is the conformance suite every store.Store passes:
+// the in-memory store and the durable one run the same tests.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// Run runs the suite. newStore returns a new, empty store; the suite
+// closes it.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, store.Store)
+	}{
+		{"CreateThenGetReturnsTheTask", testCreateGet},
+		{"CreateTwiceIsErrExists", testCreateExists},
+		{"GetUnknownIsErrNotFound", testGetUnknown},
+		{"CreateStopsAtTheOpenLimitPerContext", testLimit},
+		{"TerminalTasksFreeTheirSlot", testLimitFreed},
+		{"UpdateAppliesAndReturnsTheResult", testUpdate},
+		{"UpdateErrorChangesNothing", testUpdateAbort},
+		{"UpdateUnknownIsErrNotFound", testUpdateUnknown},
+		{"ConcurrentUpdatesAreAtomic", testConcurrentUpdates},
+		{"ConcurrentCreatesRespectTheLimit", testConcurrentLimit},
+		{"ListSelectsByInstanceRoleAndState", testList},
+		{"ListIsOldestFirst", testListOrder},
+		{"ReturnedRecordsAreCopies", testCopies},
+		{"CloseIsIdempotentAndEndsUse", testClose},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() { s.Close() })
+			tc.fn(t, s)
+		})
+	}
+}
+
+var base = time.Date(2026, 9, 5, 12, 0, 0, 0, time.UTC)
+
+// NewRecord returns an open task between two instances, created at
+// base+n ms; the suite's fixtures.
+func NewRecord(id, contextID, requester, assignee string, n int) *store.Record {
+	at := wire.NewTime(base.Add(time.Duration(n) * time.Millisecond))
+	text := "hello " + id
+	return &store.Record{
+		Task: wire.Task{
+			ID:             id,
+			ContextID:      contextID,
+			RequesterName:  requester + "-name",
+			AgentName:      assignee + "-name",
+			AgentContextID: "ctx-" + assignee,
+			Status:         wire.TaskStatus{State: wire.StateSubmitted, Timestamp: at},
+			History: []wire.Message{{
+				MessageID: "m-" + id, Role: wire.RoleUser, From: requester + "-name",
+				TaskID: id, ContextID: contextID,
+				Parts: []wire.Part{{Kind: wire.KindText, Text: &text}},
+			}},
+			Artifacts: []wire.Artifact{},
+			CreatedAt: at,
+			UpdatedAt: at,
+		},
+		RequesterInstance: requester,
+		AgentInstance:     assignee,
+	}
+}
+
+func ctx() context.Context { return context.Background() }
+
+func testCreateGet(t *testing.T, s store.Store) {
+	rec := NewRecord("t1", "c1", "a", "b", 0)
+	require.NoError(t, s.Create(ctx(), rec, 0))
+	got, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, rec.Task.ID, got.Task.ID)
+	assert.Equal(t, rec.RequesterInstance, got.RequesterInstance)
+	assert.Equal(t, rec.AgentInstance, got.AgentInstance)
+	assert.Equal(t, rec.Task.Status.State, got.Task.Status.State)
+	assert.True(t, rec.Task.CreatedAt.Equal(got.Task.CreatedAt.Time))
+	require.Len(t, got.Task.History, 1)
+	assert.Equal(t, "hello t1", *got.Task.History[0].Parts[0].Text)
+}
+
+func testCreateExists(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	err := s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 1), 0)
+	assert.ErrorIs(t, err, store.ErrExists)
+}
+
+func testGetUnknown(t *testing.T, s store.Store) {
+	_, err := s.Get(ctx(), "nope")
+	assert.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testLimit(t *testing.T, s store.Store) {
+	for i := range 3 {
+		require.NoError(t, s.Create(ctx(), NewRecord(fmt.Sprint("t", i), "c1", "a", "b", i), 3))
+	}
+	assert.ErrorIs(t, s.Create(ctx(), NewRecord("t3", "c1", "a", "b", 3), 3), store.ErrLimit)
+	// Another session has its own count.
+	assert.NoError(t, s.Create(ctx(), NewRecord("t4", "c2", "a", "b", 4), 3))
+	// No limit at all.
+	assert.NoError(t, s.Create(ctx(), NewRecord("t5", "c1", "a", "b", 5), 0))
+}
+
+func testLimitFreed(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 1))
+	require.ErrorIs(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 1), 1), store.ErrLimit)
+	_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateCompleted
+		return nil
+	})
+	require.NoError(t, err)
+	assert.NoError(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 1), 1))
+}
+
+func testUpdate(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	got, err := s.Update(ctx(), "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateWorking
+		r.Task.History = append(r.Task.History, wire.Message{MessageID: "m2", Parts: []wire.Part{wire.TextPart("more")}})
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateWorking, got.Task.Status.State)
+	again, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateWorking, again.Task.Status.State)
+	assert.Len(t, again.Task.History, 2)
+}
+
+func testUpdateAbort(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	boom := errors.New("boom")
+	_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateFailed
+		return boom
+	})
+	assert.ErrorIs(t, err, boom)
+	got, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateSubmitted, got.Task.Status.State)
+}
+
+func testUpdateUnknown(t *testing.T, s store.Store) {
+	_, err := s.Update(ctx(), "nope", func(*store.Record) error { return nil })
+	assert.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testConcurrentUpdates(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	const n = 50
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
+				r.Task.History = append(r.Task.History, wire.Message{MessageID: fmt.Sprint("m", i), Parts: []wire.Part{wire.TextPart("x")}})
+				return nil
+			})
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	got, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Len(t, got.Task.History, n+1, "every concurrent append is kept")
+}
+
+func testConcurrentLimit(t *testing.T, s store.Store) {
+	const limit, tries = 5, 40
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, limited := 0, 0
+	for i := range tries {
+		wg.Go(func() {
+			err := s.Create(ctx(), NewRecord(fmt.Sprint("t", i), "c1", "a", "b", i), limit)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ok++
+			case errors.Is(err, store.ErrLimit):
+				limited++
+			default:
+				t.Errorf("create: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, limit, ok)
+	assert.Equal(t, tries-limit, limited)
+}
+
+func testList(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	require.NoError(t, s.Create(ctx(), NewRecord("t2", "c1", "b", "a", 1), 0))
+	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c2", "c", "b", 2), 0))
+	_, err := s.Update(ctx(), "t2", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateCompleted
+		return nil
+	})
+	require.NoError(t, err)
+	ids := func(q store.Query) []string {
+		rs, err := s.List(ctx(), q)
+		require.NoError(t, err)
+		out := []string{}
+		for _, r := range rs {
+			out = append(out, r.Task.ID)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"t1", "t2", "t3"}, ids(store.Query{}))
+	assert.Equal(t, []string{"t1", "t2"}, ids(store.Query{Instance: "a"}))
+	assert.Equal(t, []string{"t1"}, ids(store.Query{Instance: "a", Role: store.Requester}))
+	assert.Equal(t, []string{"t2"}, ids(store.Query{Instance: "a", Role: store.Assignee}))
+	assert.Equal(t, []string{"t1", "t3"}, ids(store.Query{Instance: "b", Role: store.Assignee}))
+	assert.Equal(t, []string{"t1", "t3"}, ids(store.Query{OpenOnly: true}))
+	assert.Equal(t, []string{"t2"}, ids(store.Query{State: wire.StateCompleted}))
+	assert.Equal(t, []string{"t3"}, ids(store.Query{Instance: "c"}))
+	assert.Equal(t, []string{}, ids(store.Query{Instance: "nobody"}))
+}
+
+func testListOrder(t *testing.T, s store.Store) {
+	// Created out of order, listed by CreatedAt then id.
+	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c1", "a", "b", 5), 0))
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 9), 0))
+	require.NoError(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 5), 0))
+	rs, err := s.List(ctx(), store.Query{Instance: "a"})
+	require.NoError(t, err)
+	var got []string
+	for _, r := range rs {
+		got = append(got, r.Task.ID)
+	}
+	assert.Equal(t, []string{"t2", "t3", "t1"}, got)
+}
+
+func testCopies(t *testing.T, s store.Store) {
+	rec := NewRecord("t1", "c1", "a", "b", 0)
+	require.NoError(t, s.Create(ctx(), rec, 0))
+	rec.Task.Status.State = wire.StateFailed // the caller's copy, not the store's
+	got, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateSubmitted, got.Task.Status.State)
+	got.Task.History = append(got.Task.History, wire.Message{MessageID: "x"})
+	got.Task.Status.State = wire.StateFailed
+	again, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Len(t, again.Task.History, 1)
+	assert.Equal(t, wire.StateSubmitted, again.Task.Status.State)
+}
+
+func testClose(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	_, err := s.Get(ctx(), "t1")
+	assert.ErrorIs(t, err, store.ErrClosed)
+	assert.ErrorIs(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 1), 0), store.ErrClosed)
+	_, err = s.List(ctx(), store.Query{})
+	assert.ErrorIs(t, err, store.ErrClosed)
+	_, err = s.Update(ctx(), "t1", func(*store.Record) error { return nil })
+	assert.ErrorIs(t, err, store.ErrClosed)
+}
