@@ -1,0 +1,239 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultMaxTasksPerContext = 32
+	DefaultReplayWindow       = 10000
+	DefaultOrphanTimeout      = 10 * time.Minute
+)
+
+// Config configures a Broker. The zero value is the default everywhere.
+type Config struct {
+	// Store holds the tasks. nil means a new store.Memory: nothing
+	// survives the broker. The broker does not close it.
+	Store store.Store
+	// MaxTasksPerContext caps the open tasks a session may have requested,
+	// so that one runaway session cannot fill the store. 0 means
+	// DefaultMaxTasksPerContext.
+	MaxTasksPerContext int
+	// MaxMessageBytes is the largest request the broker reads; larger
+	// ones are answered -32600. 0 means wire.DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// ReplayWindow is how many notifications per session are kept for
+	// a2a.events.replay: the longest outage a runtime can bridge without
+	// re-reading its tasks. 0 means DefaultReplayWindow.
+	ReplayWindow int
+	// OrphanTimeout is how long, after start, open tasks found in the
+	// store wait for their members to re-register before they are closed
+	// as if the member had deregistered. 0 means DefaultOrphanTimeout;
+	// negative disables it.
+	OrphanTimeout time.Duration
+	// Logger receives the broker's logs. nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock, for tests. nil means time.Now.
+	Now func() time.Time
+}
+
+// Broker is the A2A broker. It implements transport.Handler.
+type Broker struct {
+	cfg     Config
+	bus     transport.Bus
+	store   store.Store
+	log     *slog.Logger
+	epoch   string
+	started time.Time
+
+	reg     registry
+	events  eventLog
+	stripes [taskStripes]sync.Mutex
+
+	methods map[string]method
+
+	// ctx is canceled by Close; the broker's own goroutines run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the orphan sweeper
+}
+
+var _ transport.Handler = (*Broker)(nil)
+
+// method is one served method. host marks the host-only ones.
+type method struct {
+	host  bool
+	serve func(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error)
+}
+
+// New starts a broker on bus: it calls bus.Serve with itself. Whoever made
+// bus closes it, before closing the broker.
+func New(bus transport.Bus, cfg Config) (*Broker, error) {
+	if cfg.Store == nil {
+		cfg.Store = store.NewMemory()
+	}
+	if cfg.MaxTasksPerContext <= 0 {
+		cfg.MaxTasksPerContext = DefaultMaxTasksPerContext
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
+	}
+	if cfg.ReplayWindow <= 0 {
+		cfg.ReplayWindow = DefaultReplayWindow
+	}
+	if cfg.OrphanTimeout == 0 {
+		cfg.OrphanTimeout = DefaultOrphanTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	b := &Broker{
+		cfg:     cfg,
+		bus:     bus,
+		store:   cfg.Store,
+		log:     cfg.Logger,
+		epoch:   randomHex(16),
+		started: cfg.Now(),
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.reg.init()
+	b.events.init(cfg.ReplayWindow)
+	b.methods = map[string]method{
+		wire.MethodRegister:   {serve: b.register},
+		wire.MethodDeregister: {serve: b.deregister},
+		wire.MethodListAgents: {serve: b.listAgents},
+		wire.MethodSend:       {serve: b.send},
+		wire.MethodGetTask:    {serve: b.getTask},
+		wire.MethodListTasks:  {serve: b.listTasks},
+		wire.MethodUpdateTask: {serve: b.updateTask},
+		wire.MethodCancelTask: {serve: b.cancelTask},
+		wire.MethodReplay:     {serve: b.replay},
+	}
+	if p, ok := bus.(transport.HostMethodProvider); ok {
+		for name, fn := range p.HostMethods() {
+			if _, taken := b.methods[name]; taken {
+				return nil, fmt.Errorf("broker: bus method %q clashes with a broker method", name)
+			}
+			b.methods[name] = method{host: true, serve: hostMethod(fn)}
+		}
+	}
+	if err := b.startOrphanSweep(); err != nil {
+		return nil, err
+	}
+	if err := bus.Serve(b); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("broker: serve: %w", err)
+	}
+	b.log.Info("broker started", "epoch", b.epoch)
+	return b, nil
+}
+
+// Epoch returns the name of this broker run; it changes at every start.
+func (b *Broker) Epoch() string { return b.epoch }
+
+// Close stops the broker's own work (the orphan sweep). It neither closes
+// the bus nor the store. Idempotent.
+func (b *Broker) Close() error {
+	b.cancel()
+	b.wg.Wait()
+	return nil
+}
+
+func hostMethod(fn transport.HostMethod) func(context.Context, transport.Caller, json.RawMessage) (any, *wire.Error) {
+	return func(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
+		res, err := fn(ctx, params)
+		if err != nil {
+			return nil, wire.AsError(err)
+		}
+		return res, nil
+	}
+}
+
+// ServeRPC implements transport.Handler: it answers one raw request.
+func (b *Broker) ServeRPC(ctx context.Context, from transport.Caller, raw []byte) []byte {
+	req, perr := wire.ParseRequest(raw, b.cfg.MaxMessageBytes)
+	if perr != nil {
+		b.log.Debug("bad request", "scope", from.Scope, "error", perr.Message)
+		return wire.ErrorResponse(nil, perr)
+	}
+	if req.IsNotification() {
+		b.log.Warn("request without id ignored: JSON-RPC forbids answering a notification", "method", trunc(req.Method))
+		return nil
+	}
+	res, rerr := b.call(ctx, from, req)
+	if rerr != nil {
+		if rerr.Code == wire.ErrInternal.Code {
+			b.log.Error("request failed", "method", req.Method, "error", rerr.Message)
+		}
+		return wire.ErrorResponse(req.ID, rerr)
+	}
+	out, err := wire.EncodeResult(req.ID, res)
+	if err != nil {
+		b.log.Error("encode result", "method", req.Method, "error", err)
+		return wire.ErrorResponse(req.ID, wire.ErrInternal.Withf("cannot encode the result"))
+	}
+	return out
+}
+
+func (b *Broker) call(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
+	m, ok := b.methods[req.Method]
+	if ok {
+		switch from.Scope {
+		case transport.ScopeSession:
+			ok = !m.host
+		case transport.ScopeHost:
+			ok = m.host
+		case transport.ScopeOwner:
+		default:
+			return nil, wire.ErrInternal.Withf("the bus gave the request no scope")
+		}
+	}
+	if !ok {
+		return nil, wire.ErrMethodNotFound.Withf("method %s is not served here", trunc(req.Method))
+	}
+	if !wire.ParamsObject(req.Params) {
+		return nil, wire.ErrInvalidParams.Withf("params must be an object")
+	}
+	return m.serve(ctx, from, req.Params)
+}
+
+// internal turns a store failure into the error a client sees. The
+// request may be retried.
+func (b *Broker) internal(op string, err error) *wire.Error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return wire.ErrInternal.Withf("%s: the broker is shutting down", op)
+	}
+	b.log.Error("store failure", "op", op, "error", err)
+	return wire.ErrInternal.Withf("%s failed in the task store", op)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("broker: no randomness: " + err.Error())
+	}
+	return hex.EncodeToString(b)
+}
+
+func trunc(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
+}

@@ -1,0 +1,159 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// eventLog numbers notifications per recipient session and keeps the last
+// window of them for replay.
+type eventLog struct {
+	window int
+
+	mu       sync.Mutex
+	sessions map[string]*sessionLog
+}
+
+// sessionLog is one session's numbered notifications. Its lock is held
+// while a notification is numbered, kept and published, so the session's
+// notifications are published in seq order.
+type sessionLog struct {
+	mu   sync.Mutex
+	seq  uint64   // the last seq given
+	ring [][]byte // the last len(ring) notifications, oldest at start
+	head int      // index of the oldest when the ring is full
+}
+
+func (l *eventLog) init(window int) {
+	l.window = window
+	l.sessions = map[string]*sessionLog{}
+}
+
+func (l *eventLog) session(id string, create bool) *sessionLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sessions[id]
+	if s == nil && create {
+		s = &sessionLog{}
+		l.sessions[id] = s
+	}
+	return s
+}
+
+// notification is the encoded shape of every notification; params is
+// encoded in the same pass.
+type notification struct {
+	JSONRPC string `json:"jsonrpc"`
+	Method  string `json:"method"`
+	Params  any    `json:"params"`
+}
+
+// emit numbers, encodes once, keeps and publishes one notification to
+// recipient in session. params builds the notification's params from its
+// head.
+func (l *eventLog) emit(b *Broker, recipient, session, fromSession, method string, params func(wire.EventHead) any) {
+	s := l.session(session, true)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	head := wire.EventHead{
+		Recipient:          recipient,
+		RecipientContextID: session,
+		ContextID:          fromSession,
+		Seq:                s.seq + 1,
+		Epoch:              b.epoch,
+	}
+	msg, err := json.Marshal(notification{JSONRPC: wire.Version, Method: method, Params: params(head)})
+	if err != nil {
+		// Every field was validated on the way in; this is a bug.
+		b.log.Error("encode notification", "method", method, "error", err)
+		return
+	}
+	s.seq++
+	if len(s.ring) < l.window {
+		s.ring = append(s.ring, msg)
+	} else {
+		s.ring[s.head] = msg
+		s.head = (s.head + 1) % len(s.ring)
+	}
+	if err := b.bus.Publish(session, msg); err != nil {
+		// The notification is kept: the recipient's runtime replays it.
+		b.log.Warn("publish failed; the event stays in the replay log", "seq", head.Seq, "error", err)
+	}
+}
+
+// since returns the kept notifications after seq afterSeq, in order, and
+// the window's bounds. s.mu is held.
+func (s *sessionLog) since(afterSeq uint64) (events []json.RawMessage, oldest uint64) {
+	n := uint64(len(s.ring))
+	oldest = s.seq - n + 1
+	if afterSeq+1 < oldest {
+		return nil, oldest
+	}
+	skip := afterSeq + 1 - oldest
+	events = make([]json.RawMessage, 0, n-min(skip, n))
+	for i := skip; i < n; i++ {
+		events = append(events, s.ring[(uint64(s.head)+i)%n])
+	}
+	return events, oldest
+}
+
+func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	var p wire.ReplayParams
+	shapeErr := wire.DecodeParams(params, &p)
+	if from.Scope == transport.ScopeSession {
+		var claim struct {
+			ContextID json.RawMessage `json:"contextId"`
+		}
+		_ = json.Unmarshal(params, &claim)
+		var ctxID string
+		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != from.Session {
+			return nil, wire.ErrUnauthorized.Withf("replay of another session than the caller's")
+		}
+	}
+	if shapeErr != nil {
+		return nil, shapeErr
+	}
+	if err := wire.ValidateID("contextId", p.ContextID); err != nil {
+		return nil, wire.ErrInvalidParams.Withf("%v", err)
+	}
+	if p.Epoch == nil {
+		return nil, wire.ErrInvalidParams.Withf(`epoch: required (send "" when none is known)`)
+	}
+	if p.AfterSeq == nil {
+		return nil, wire.ErrInvalidParams.Withf("afterSeq: required")
+	}
+	res := wire.ReplayResult{Epoch: b.epoch, Events: []json.RawMessage{}}
+	s := b.events.session(p.ContextID, false)
+	var oldest uint64 = 1
+	if s != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		res.LastSeq = s.seq
+		oldest = s.seq - uint64(len(s.ring)) + 1
+	}
+	gap := func(why string) *wire.Error {
+		e := wire.ErrReplayGap.Withf("%s; re-read your tasks with a2a.tasks.list", why)
+		e.Data.Epoch = b.epoch
+		e.Data.OldestSeq = oldest
+		return e
+	}
+	if *p.Epoch != b.epoch {
+		return nil, gap("the epoch is not the current one")
+	}
+	if *p.AfterSeq > res.LastSeq {
+		return nil, wire.ErrInvalidParams.Withf("afterSeq: %d is beyond the session's last seq %d", *p.AfterSeq, res.LastSeq)
+	}
+	if s == nil {
+		return res, nil
+	}
+	events, _ := s.since(*p.AfterSeq)
+	if events == nil {
+		return nil, gap("the events after that seq are no longer kept")
+	}
+	res.Events = events
+	return res, nil
+}

@@ -1,0 +1,58 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/store"
+)
+
+// startOrphanSweep looks for open tasks left in the store by an earlier
+// run. Their members get OrphanTimeout to register again (by instance id);
+// the tasks of those that do not are then closed as if they had
+// deregistered.
+func (b *Broker) startOrphanSweep() error {
+	if b.cfg.OrphanTimeout < 0 {
+		return nil
+	}
+	recs, err := b.store.List(context.Background(), store.Query{OpenOnly: true})
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	type member struct{ instance, session string }
+	var members []member
+	seen := map[string]bool{}
+	for _, r := range recs {
+		for _, m := range []member{{r.RequesterInstance, r.Task.ContextID}, {r.AgentInstance, r.Task.AgentContextID}} {
+			if !seen[m.instance] {
+				seen[m.instance] = true
+				members = append(members, m)
+			}
+		}
+	}
+	b.log.Info("open tasks from an earlier run wait for their members", "tasks", len(recs), "members", len(members), "timeout", b.cfg.OrphanTimeout)
+	timer := time.NewTimer(b.cfg.OrphanTimeout)
+	b.wg.Go(func() {
+		defer timer.Stop()
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-timer.C:
+		}
+		for _, m := range members {
+			b.reg.mu.RLock()
+			back := b.reg.seen[m.instance]
+			b.reg.mu.RUnlock()
+			if back {
+				continue
+			}
+			if err := b.closeTasksOf(b.ctx, m.instance, m.session); err != nil {
+				b.log.Warn("closing orphaned tasks failed", "error", err.Message)
+			}
+		}
+	})
+	return nil
+}

@@ -1,0 +1,366 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// agent is one live registration.
+//
+// mu is held shared by every operation acting as or on the agent, for its
+// whole length, and exclusively to revoke the agent (deregister, or a
+// replacing register). So an operation authenticated before a revocation
+// finishes before it, and one that starts after it sees dead. Operations
+// that hold two agents take them in ascending order.
+type agent struct {
+	mu   sync.RWMutex
+	dead bool // guarded by mu
+
+	order     uint64 // lock order, unique
+	id        string // agentId: the unique live name
+	name      string // card.name as given
+	instance  string
+	session   string
+	tokenHash [32]byte
+	card      json.RawMessage // the card as list shows it, encoded once
+}
+
+// enter takes a shared hold on a; it reports false, holding nothing, when
+// a is dead.
+func (a *agent) enter() bool {
+	a.mu.RLock()
+	if a.dead {
+		a.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (a *agent) leave() { a.mu.RUnlock() }
+
+// enterPair holds two distinct agents in lock order.
+func enterPair(a, c *agent) bool {
+	first, second := a, c
+	if c.order < a.order {
+		first, second = c, a
+	}
+	if !first.enter() {
+		return false
+	}
+	if !second.enter() {
+		first.leave()
+		return false
+	}
+	return true
+}
+
+// revoke marks a dead, waiting for the operations that hold it. It reports
+// false when a was already dead.
+func (a *agent) revoke() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dead {
+		return false
+	}
+	a.dead = true
+	return true
+}
+
+// registry is the set of live agents and their indexes.
+type registry struct {
+	mu         sync.RWMutex
+	order      uint64
+	byID       map[string]*agent
+	byToken    map[[32]byte]*agent
+	byInstance map[string]*agent
+	bySession  map[string]map[string]*agent
+	// hint maps a base name to a suffix below which every base-N is taken,
+	// so that uniquifying many agents of one name stays cheap.
+	hint map[string]int
+	// seen holds the instances registered since the broker started, for
+	// the orphan sweep.
+	seen map[string]bool
+}
+
+func (r *registry) init() {
+	r.byID = map[string]*agent{}
+	r.byToken = map[[32]byte]*agent{}
+	r.byInstance = map[string]*agent{}
+	r.bySession = map[string]map[string]*agent{}
+	r.hint = map[string]int{}
+	r.seen = map[string]bool{}
+}
+
+// uniqueID returns name, or name-N with the lowest free N >= 2. r.mu is
+// held.
+func (r *registry) uniqueID(name string) string {
+	if _, taken := r.byID[name]; !taken {
+		return name
+	}
+	n := max(r.hint[name], 2)
+	for {
+		id := name + "-" + strconv.Itoa(n)
+		if _, taken := r.byID[id]; !taken {
+			r.hint[name] = n + 1
+			return id
+		}
+		n++
+	}
+}
+
+// add indexes a. r.mu is held.
+func (r *registry) add(a *agent) {
+	r.order++
+	a.order = r.order
+	r.byID[a.id] = a
+	r.byToken[a.tokenHash] = a
+	r.byInstance[a.instance] = a
+	s := r.bySession[a.session]
+	if s == nil {
+		s = map[string]*agent{}
+		r.bySession[a.session] = s
+	}
+	s[a.id] = a
+	r.seen[a.instance] = true
+}
+
+// remove drops a from every index. r.mu is held.
+func (r *registry) remove(a *agent) {
+	if r.byID[a.id] == a {
+		delete(r.byID, a.id)
+		// A freed base-N lowers base's hint, keeping the lowest-free rule.
+		if i := strings.LastIndexByte(a.id, '-'); i > 0 {
+			if n, err := strconv.Atoi(a.id[i+1:]); err == nil && n >= 2 {
+				if h, ok := r.hint[a.id[:i]]; ok && n < h {
+					r.hint[a.id[:i]] = n
+				}
+			}
+		}
+	}
+	delete(r.byToken, a.tokenHash)
+	if r.byInstance[a.instance] == a {
+		delete(r.byInstance, a.instance)
+	}
+	if s := r.bySession[a.session]; s != nil && s[a.id] == a {
+		delete(s, a.id)
+		if len(s) == 0 {
+			delete(r.bySession, a.session)
+		}
+	}
+}
+
+func (r *registry) byName(id string) *agent {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byID[id]
+}
+
+func (r *registry) liveInstance(instance string) *agent {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byInstance[instance]
+}
+
+func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+
+// authenticate finds the agent a token belongs to and checks that the
+// caller may use it from where it calls. It does not hold the agent.
+func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wire.Error) {
+	if token == "" {
+		return nil, wire.ErrUnauthorized.Withf("token required")
+	}
+	h := hashToken(token)
+	b.reg.mu.RLock()
+	a := b.reg.byToken[h]
+	b.reg.mu.RUnlock()
+	// The map lookup is by hash, so its timing tells nothing about the
+	// token; the comparison below is constant-time regardless.
+	if a == nil || subtle.ConstantTimeCompare(a.tokenHash[:], h[:]) != 1 {
+		return nil, errRevoked()
+	}
+	if from.Scope == transport.ScopeSession && a.session != from.Session {
+		return nil, wire.ErrUnauthorized.Withf("the token belongs to another session")
+	}
+	return a, nil
+}
+
+// withCaller decodes token-bearing params into v, authenticates, and runs
+// fn as the caller, held for fn's length unless fn is to take its own
+// holds (hold false). The token outranks the params' shape: a bad token
+// is A2A_UNAUTHORIZED even when other params are malformed.
+func (b *Broker) withCaller(from transport.Caller, params json.RawMessage, v any, token *string, hold bool, fn func(a *agent) (any, *wire.Error)) (any, *wire.Error) {
+	shapeErr := wire.DecodeParams(params, v)
+	if shapeErr != nil {
+		var tp struct {
+			Token json.RawMessage `json:"token"`
+		}
+		_ = json.Unmarshal(params, &tp)
+		var tok string
+		_ = json.Unmarshal(tp.Token, &tok)
+		if _, err := b.authenticate(from, tok); err != nil {
+			return nil, err
+		}
+		return nil, shapeErr
+	}
+	a, err := b.authenticate(from, *token)
+	if err != nil {
+		return nil, err
+	}
+	if !hold {
+		return fn(a)
+	}
+	if !a.enter() {
+		return nil, errRevoked()
+	}
+	defer a.leave()
+	return fn(a)
+}
+
+func errRevoked() *wire.Error { return wire.ErrUnauthorized.Withf("unknown or revoked token") }
+
+func (b *Broker) register(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	var p wire.RegisterParams
+	shapeErr := wire.DecodeParams(params, &p)
+	if from.Scope == transport.ScopeSession {
+		// A claim on another session outranks any shape problem.
+		var claim struct {
+			ContextID json.RawMessage `json:"contextId"`
+		}
+		_ = json.Unmarshal(params, &claim)
+		var ctxID string
+		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != from.Session {
+			return nil, wire.ErrUnauthorized.Withf("register for another session than the caller's")
+		}
+	}
+	if shapeErr != nil {
+		return nil, shapeErr
+	}
+	if err := wire.ValidateID("contextId", p.ContextID); err != nil {
+		return nil, wire.ErrInvalidParams.Withf("%v", err)
+	}
+	if p.Card == nil {
+		return nil, wire.ErrInvalidParams.Withf("card: required")
+	}
+	if err := p.Card.Validate("card"); err != nil {
+		return nil, wire.ErrInvalidParams.Withf("%v", err)
+	}
+	if p.InstanceID == "" {
+		p.InstanceID = uuid.NewString()
+	} else if err := wire.ValidateID("instanceId", p.InstanceID); err != nil {
+		return nil, wire.ErrInvalidParams.Withf("%v", err)
+	}
+
+	token := randomHex(32)
+	a := &agent{
+		name:      p.Card.Name,
+		instance:  p.InstanceID,
+		session:   p.ContextID,
+		tokenHash: hashToken(token),
+	}
+	card := *p.Card
+	at := wire.NewTime(b.cfg.Now())
+	card.ContextID = p.ContextID
+	card.RegisteredAt = &at
+
+	r := &b.reg
+	for {
+		r.mu.Lock()
+		old := r.byInstance[p.InstanceID]
+		if old == nil {
+			break
+		}
+		if old.session != p.ContextID {
+			r.mu.Unlock()
+			return nil, wire.ErrInvalidParams.Withf("instanceId is live in another session")
+		}
+		// The same delegate registering again in its session replaces its
+		// registration: a new token, the old one revoked, its tasks left
+		// open. Revoke outside the registry lock, as it waits for the
+		// old registration's running operations.
+		r.mu.Unlock()
+		if old.revoke() {
+			r.mu.Lock()
+			if old.name == p.Card.Name {
+				// Keep the agentId: reserve it for the new registration.
+				a.id = old.id
+			}
+			r.remove(old)
+			r.mu.Unlock()
+		}
+	}
+	if a.id == "" || r.byID[a.id] != nil {
+		a.id = r.uniqueID(p.Card.Name)
+	}
+	card.AgentID = a.id
+	enc, err := json.Marshal(card)
+	if err != nil {
+		r.mu.Unlock()
+		return nil, wire.ErrInvalidParams.Withf("card: %v", err)
+	}
+	a.card = enc
+	r.add(a)
+	r.mu.Unlock()
+	b.log.Debug("agent registered", "agentId", a.id, "contextId", a.session)
+	return wire.RegisterResult{AgentID: a.id, Token: token, InstanceID: a.instance, Card: card}, nil
+}
+
+func (b *Broker) deregister(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	var p wire.TokenParams
+	shapeErr := wire.DecodeParams(params, &p)
+	a, err := b.authenticate(from, p.Token)
+	if err != nil {
+		return nil, err
+	}
+	if shapeErr != nil {
+		return nil, shapeErr
+	}
+	if !a.revoke() {
+		return nil, errRevoked()
+	}
+	b.reg.mu.Lock()
+	b.reg.remove(a)
+	b.reg.mu.Unlock()
+	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
+	if err := b.closeTasksOf(ctx, a.instance, a.session); err != nil {
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+func (b *Broker) listAgents(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	var p wire.TokenParams
+	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
+		b.reg.mu.RLock()
+		all := make([]*agent, 0, len(b.reg.byID))
+		size := 0
+		for _, a := range b.reg.byID {
+			if a != self {
+				all = append(all, a)
+				size += len(a.card) + 1
+			}
+		}
+		b.reg.mu.RUnlock()
+		slices.SortFunc(all, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
+		out := make([]byte, 0, size+16)
+		out = append(out, `{"agents":[`...)
+		for i, a := range all {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, a.card...)
+		}
+		out = append(out, "]}"...)
+		return json.RawMessage(out), nil
+	})
+}

@@ -1,0 +1,169 @@
+package broker_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/store/storetest"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func replayCall(e *env, session, epoch string, after uint64) (*wire.ReplayResult, error) {
+	res, err := e.call(session, wire.MethodReplay, map[string]any{"contextId": session, "epoch": epoch, "afterSeq": after})
+	if err != nil {
+		return nil, err
+	}
+	var r wire.ReplayResult
+	require.NoError(e.t, json.Unmarshal(res, &r))
+	return &r, nil
+}
+
+func TestReplay_OrderAndGaps(t *testing.T) {
+	e := newEnv(t, broker.Config{ReplayWindow: 5})
+	a := e.register("s1", "a")
+	b := e.register("s2", "b")
+	var published [][]byte
+	for i := range 8 {
+		_, err := b.call(wire.MethodSend, map[string]any{"to": "a", "oneway": true, "message": text(fmt.Sprint("n", i))})
+		require.NoError(t, err)
+		published = append(published, <-e.session("s1").sub.C())
+	}
+	epoch := e.broker.Epoch()
+
+	t.Run("the kept window, in order, byte for byte", func(t *testing.T) {
+		r, err := replayCall(e, "s1", epoch, 3)
+		require.NoError(t, err)
+		assert.Equal(t, epoch, r.Epoch)
+		assert.Equal(t, uint64(8), r.LastSeq)
+		require.Len(t, r.Events, 5)
+		for i, ev := range r.Events {
+			assert.JSONEq(t, string(published[3+i]), string(ev))
+			d, err := wire.DecodeEvent(ev)
+			require.NoError(t, err)
+			assert.Equal(t, uint64(4+i), d.Push.Seq)
+		}
+	})
+	t.Run("a suffix", func(t *testing.T) {
+		r, err := replayCall(e, "s1", epoch, 6)
+		require.NoError(t, err)
+		require.Len(t, r.Events, 2)
+		d, _ := wire.DecodeEvent(r.Events[0])
+		assert.Equal(t, uint64(7), d.Push.Seq)
+	})
+	t.Run("nothing after the last", func(t *testing.T) {
+		r, err := replayCall(e, "s1", epoch, 8)
+		require.NoError(t, err)
+		assert.Empty(t, r.Events)
+		assert.NotNil(t, r.Events, "events is [] not null")
+	})
+	t.Run("older than the window is a gap", func(t *testing.T) {
+		_, err := replayCall(e, "s1", epoch, 2)
+		requireCode(t, err, wire.ErrReplayGap)
+		var we *wire.Error
+		require.True(t, errors.As(err, &we))
+		assert.Equal(t, epoch, we.Data.Epoch)
+		assert.Equal(t, uint64(4), we.Data.OldestSeq)
+	})
+	t.Run("another epoch is a gap", func(t *testing.T) {
+		for _, ep := range []string{"", "0123"} {
+			_, err := replayCall(e, "s1", ep, 8)
+			requireCode(t, err, wire.ErrReplayGap)
+			var we *wire.Error
+			require.True(t, errors.As(err, &we))
+			assert.Equal(t, epoch, we.Data.Epoch)
+		}
+	})
+	t.Run("beyond the last is invalid", func(t *testing.T) {
+		_, err := replayCall(e, "s1", epoch, 9)
+		requireCode(t, err, wire.ErrInvalidParams)
+	})
+	t.Run("a session with no events", func(t *testing.T) {
+		r, err := replayCall(e, "quiet", epoch, 0)
+		require.NoError(t, err)
+		assert.Zero(t, r.LastSeq)
+		assert.Empty(t, r.Events)
+		_, err = replayCall(e, "quiet", "", 0)
+		var we *wire.Error
+		require.True(t, errors.As(err, &we))
+		assert.Equal(t, uint64(1), we.Data.OldestSeq, "lastSeq+1 when none is kept")
+	})
+	t.Run("seq has no gaps across kinds", func(t *testing.T) {
+		task := b.mustSend("a", "a task")
+		_, err := a.update(task.ID, wire.StateCompleted, "")
+		require.NoError(t, err)
+		ev := e.event("s1")
+		assert.Equal(t, uint64(9), ev.TaskEvent.Seq)
+		assert.Equal(t, uint64(1), e.event("s2").TaskEvent.Seq)
+	})
+}
+
+func TestReplay_RecoversEventsLostOnTheBus(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("s1", "a")
+	b := e.register("s2", "b")
+	task := a.mustSend("b", "x")
+	first := e.event("s2")
+	e.bus.Disconnect("s2")
+	_, err := a.reply(task.ID, "lost one")
+	require.NoError(t, err)
+	_, err = a.reply(task.ID, "lost two")
+	require.NoError(t, err)
+	e.bus.Connect("s2")
+	e.noEvent("s2")
+	_, err = a.reply(task.ID, "seen")
+	require.NoError(t, err)
+	seen := e.event("s2")
+	require.Equal(t, first.TaskEvent.Seq+3, seen.TaskEvent.Seq, "the receiver sees a gap")
+	r, err := replayCall(e, "s2", seen.TaskEvent.Epoch, first.TaskEvent.Seq)
+	require.NoError(t, err)
+	require.Len(t, r.Events, 3)
+	var texts []string
+	for _, raw := range r.Events {
+		ev, err := wire.DecodeEvent(raw)
+		require.NoError(t, err)
+		texts = append(texts, *ev.TaskEvent.Message.Parts[0].Text)
+	}
+	assert.Equal(t, []string{"lost one", "lost two", "seen"}, texts)
+	_ = b
+}
+
+// TestOrphanSweep starts a broker on a store holding open tasks of an
+// earlier run: the member that comes back keeps its tasks; the tasks of
+// the one that does not are closed after the timeout, and the returning
+// member hears of it.
+func TestOrphanSweep(t *testing.T) {
+	st := store.NewMemory()
+	back := storetest.NewRecord("t-back", "s1", "inst-req", "inst-gone", 0)
+	back.Task.RequesterName, back.Task.AgentName = "req", "gone"
+	keep := storetest.NewRecord("t-keep", "s1", "inst-req", "inst-req2", 1)
+	require.NoError(t, st.Create(t.Context(), back, 0))
+	require.NoError(t, st.Create(t.Context(), keep, 0))
+
+	e := newEnv(t, broker.Config{Store: st, OrphanTimeout: 300 * time.Millisecond})
+	req := e.registerInstance("s1", "req", "inst-req")
+	e.registerInstance("s1", "req2", "inst-req2")
+
+	// Wait for the sweep's notification to the requester, with a deadline.
+	select {
+	case raw := <-e.session("s1").sub.C():
+		ev, err := wire.DecodeEvent(raw)
+		require.NoError(t, err)
+		assert.Equal(t, "t-back", ev.TaskEvent.TaskID)
+		assert.Equal(t, "req", ev.TaskEvent.Recipient)
+		assert.Equal(t, wire.StateFailed, ev.TaskEvent.Task.Status.State)
+		assert.True(t, ev.TaskEvent.Final)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the orphaned task was not closed")
+	}
+	got, err := req.get("t-keep")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateSubmitted, got.Status.State, "tasks whose members came back stay open")
+}
