@@ -55,6 +55,17 @@ type envelope struct {
 
 var null = []byte("null")
 
+// decodeEnvelope decodes the members of a message by their exact names:
+// encoding/json would match "ID" or "Method" to the fields too, but those
+// are unknown members, to be ignored.
+func decodeEnvelope(raw []byte) (envelope, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return envelope{}, err
+	}
+	return envelope{JSONRPC: m["jsonrpc"], ID: m["id"], Method: m["method"], Params: m["params"], Result: m["result"], Error: m["error"]}, nil
+}
+
 // ParseRequest decodes one raw request as the broker must (PROTOCOL §1).
 // On failure it returns the error to answer with; the request is then to be
 // answered with id null, except for ErrMethodNotFound-class errors found
@@ -90,8 +101,8 @@ func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
 		}
 		return nil, ErrInvalidRequest.Withf("a request must be a JSON object")
 	}
-	var env envelope
-	if err := json.Unmarshal(trimmed, &env); err != nil {
+	env, err := decodeEnvelope(trimmed)
+	if err != nil {
 		return nil, ErrParse.Withf("message is not valid JSON: %s", jsonProblem(err))
 	}
 	var version string
@@ -169,8 +180,8 @@ var ErrNotResponse = errors.New("wire: not a JSON-RPC response")
 // raw result or the error object the broker answered with. A message that
 // is not a response is ErrNotResponse.
 func DecodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpcErr *Error, err error) {
-	var env envelope
-	if err := json.Unmarshal(raw, &env); err != nil {
+	env, err := decodeEnvelope(raw)
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: %v", ErrNotResponse, err)
 	}
 	if env.Method != nil {
