@@ -91,12 +91,8 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) Harness) {
 		{"Publish/WithoutSubscribersIsNotAnError", s.testPublishNoSubscriber},
 		{"Publish/NeverWaitsForASlowReceiver", s.testSlowReceiver},
 		{"Publish/AfterCloseIsErrClosed", s.testPublishAfterClose},
-		{"Subscription/CloseClosesCAndIsIdempotent", s.testSubscriptionClose},
-		{"Session/CloseEndsSubscriptionsAndCalls", s.testSessionClose},
-		{"Session/SessionsAreIndependent", s.testSessionsIndependent},
-		{"Session/CallHonoursContext", s.testCallContext},
-		{"Session/OversizedCallIsErrTooLarge", s.testTooLarge},
-		{"Client/CloseEndsEverySession", s.testClientClose},
+		{"Session/CloseFailsPendingCalls", s.testSessionClosePending},
+		{"Session/CallHonoursContextWhilePending", s.testCallContext},
 		{"Bus/CloseIsIdempotent", s.testBusCloseIdempotent},
 	}
 	for _, tc := range handlerTests {
@@ -112,6 +108,12 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) Harness) {
 		name string
 		fn   func(*testing.T, Harness)
 	}{
+		{"Subscription/CloseClosesCAndIsIdempotent", s.testSubscriptionClose},
+		{"Session/CloseEndsSubscriptionsAndCalls", s.testSessionClose},
+		{"Session/SessionsAreIndependent", s.testSessionsIndependent},
+		{"Session/CallHonoursAnEndedContext", s.testCallEndedContext},
+		{"Session/OversizedCallIsErrTooLarge", s.testTooLarge},
+		{"Client/CloseEndsEverySession", s.testClientClose},
 		{"Broker/RegisterAndList", s.testBrokerRegisterList},
 		{"Broker/EventsReachOnlyTheRecipientSession", s.testBrokerRouting},
 		{"Broker/EventsArriveInSeqOrder", s.testBrokerOrder},
@@ -377,14 +379,14 @@ func (s *suite) testConcurrentCalls(t *testing.T, h Harness) {
 	wg.Wait()
 }
 
-// blocker holds every request until its context ends.
+// blocker holds every request until its context ends, and then answers
+// nothing: whatever a caller gets comes from the bus.
 type blocker struct{ entered chan struct{} }
 
 func (b *blocker) ServeRPC(ctx context.Context, _ transport.Caller, raw []byte) []byte {
 	b.entered <- struct{}{}
 	<-ctx.Done()
-	req, _ := wire.ParseRequest(raw, 0)
-	return wire.ErrorResponse(req.ID, wire.ErrInternal.Withf("canceled"))
+	return nil
 }
 
 func (s *suite) testCloseCancelsHandlers(t *testing.T, h Harness) {
@@ -518,16 +520,19 @@ func (s *suite) testPublishAfterClose(t *testing.T, h Harness) {
 	assert.ErrorIs(t, h.Bus.Publish("s1", note("s1", 1)), transport.ErrClosed)
 }
 
+// ping is a call every broker answers with a result.
+func ping(t *testing.T, sess transport.Session) error {
+	_, err := sess.Call(ctxT(t), wire.MethodRegister, wire.RegisterParams{ContextID: sess.ID(), Card: &wire.AgentCard{Name: "ping"}})
+	return err
+}
+
 func (s *suite) testSubscriptionClose(t *testing.T, h Harness) {
-	require.NoError(t, h.Bus.Serve(&echo{}))
 	sess := session(t, h, "s1")
 	sub := subscribe(t, sess)
 	require.NoError(t, sub.Close())
 	require.NoError(t, sub.Close())
 	requireClosed(t, sub)
-	// The session still works.
-	_, err := sess.Call(ctxT(t), "echo", nil)
-	assert.NoError(t, err)
+	assert.NoError(t, ping(t, sess), "the session still works")
 }
 
 func requireClosed(t *testing.T, sub transport.Subscription) {
@@ -546,10 +551,21 @@ func requireClosed(t *testing.T, sub transport.Subscription) {
 }
 
 func (s *suite) testSessionClose(t *testing.T, h Harness) {
+	sess := session(t, h, "s1")
+	sub := subscribe(t, sess)
+	require.NoError(t, ping(t, sess))
+	require.NoError(t, sess.Close())
+	require.NoError(t, sess.Close())
+	requireClosed(t, sub)
+	assert.ErrorIs(t, ping(t, sess), transport.ErrClosed)
+	_, err := sess.Subscribe(ctxT(t))
+	assert.ErrorIs(t, err, transport.ErrClosed)
+}
+
+func (s *suite) testSessionClosePending(t *testing.T, h Harness) {
 	bl := &blocker{entered: make(chan struct{}, 1)}
 	require.NoError(t, h.Bus.Serve(bl))
 	sess := session(t, h, "s1")
-	sub := subscribe(t, sess)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := sess.Call(context.Background(), "block", nil)
@@ -557,34 +573,33 @@ func (s *suite) testSessionClose(t *testing.T, h Harness) {
 	}()
 	<-bl.entered
 	require.NoError(t, sess.Close())
-	require.NoError(t, sess.Close())
-	requireClosed(t, sub)
 	select {
 	case err := <-errc:
 		assert.ErrorIs(t, err, transport.ErrClosed)
 	case <-time.After(Timeout):
 		t.Fatal("a pending call hangs after the session closed")
 	}
-	_, err := sess.Call(ctxT(t), "echo", nil)
-	assert.ErrorIs(t, err, transport.ErrClosed)
-	_, err = sess.Subscribe(ctxT(t))
-	assert.ErrorIs(t, err, transport.ErrClosed)
 }
 
 func (s *suite) testSessionsIndependent(t *testing.T, h Harness) {
-	require.NoError(t, h.Bus.Serve(&echo{}))
-	a, b := session(t, h, "s1"), session(t, h, "s2")
-	subB := subscribe(t, b)
-	syncSub(t, h.Bus, "s2", subB)
-	require.NoError(t, a.Close())
-	_, err := b.Call(ctxT(t), "echo", nil)
-	require.NoError(t, err)
-	require.NoError(t, h.Bus.Publish("s2", note("s2", 1)))
-	assert.Equal(t, uint64(1), seqOf(t, receive(t, subB)))
+	a := register(t, h, "s1", "a")
+	b := register(t, h, "s2", "b")
+	settle(t, h, b, a)
+	require.NoError(t, a.sess.Close())
+	c := register(t, h, "s3", "c")
+	c.push(t, "b", "still here")
+	assert.Equal(t, "still here", *nextEvent(t, b).Push.Message.Parts[0].Text)
 	// The same id may be opened again.
 	again := session(t, h, "s1")
-	_, err = again.Call(ctxT(t), "echo", nil)
-	assert.NoError(t, err)
+	assert.NoError(t, ping(t, again))
+}
+
+func (s *suite) testCallEndedContext(t *testing.T, h Harness) {
+	sess := session(t, h, "s1")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := sess.Call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "late"}})
+	assert.ErrorIs(t, err, context.Canceled)
 }
 
 func (s *suite) testCallContext(t *testing.T, h Harness) {
@@ -608,29 +623,30 @@ func (s *suite) testCallContext(t *testing.T, h Harness) {
 }
 
 func (s *suite) testTooLarge(t *testing.T, h Harness) {
-	require.NoError(t, h.Bus.Serve(&echo{}))
 	sess := session(t, h, "s1")
 	big := make([]byte, s.f.MaxMessageBytes)
 	for i := range big {
 		big[i] = 'a'
 	}
-	_, err := sess.Call(ctxT(t), "echo", map[string]string{"big": string(big)})
+	card := func(desc []byte) wire.RegisterParams {
+		return wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "big", Description: string(desc)}}
+	}
+	_, err := sess.Call(ctxT(t), wire.MethodRegister, card(big))
 	assert.ErrorIs(t, err, transport.ErrTooLarge)
 	// A call just under the limit passes.
-	_, err = sess.Call(ctxT(t), "echo", map[string]string{"big": string(big[:s.f.MaxMessageBytes-200])})
+	_, err = sess.Call(ctxT(t), wire.MethodRegister, card(big[:s.f.MaxMessageBytes-300]))
 	assert.NoError(t, err)
 }
 
 func (s *suite) testClientClose(t *testing.T, h Harness) {
-	require.NoError(t, h.Bus.Serve(&echo{}))
 	a, b := session(t, h, "s1"), session(t, h, "s2")
 	subA := subscribe(t, a)
+	require.NoError(t, ping(t, b))
 	require.NoError(t, h.Client.Close())
 	require.NoError(t, h.Client.Close())
 	requireClosed(t, subA)
-	_, err := b.Call(ctxT(t), "echo", nil)
-	assert.ErrorIs(t, err, transport.ErrClosed)
-	_, err = h.Client.Session(ctxT(t), "s3")
+	assert.ErrorIs(t, ping(t, b), transport.ErrClosed)
+	_, err := h.Client.Session(ctxT(t), "s3")
 	assert.ErrorIs(t, err, transport.ErrClosed)
 }
 
