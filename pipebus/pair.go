@@ -1,0 +1,59 @@
+package pipebus
+
+import (
+	"log/slog"
+	"os"
+)
+
+// Pair returns both ends of an in-process pipe over two os.Pipes: a broker
+// end and a host end, for tests, benchmarks and hosts that embed the
+// broker but want the pipe's framing. Close the Client, then the Bus.
+func Pair(cfg Config, ccfg ClientConfig) (*Bus, *Client, error) {
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	respR, respW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, nil, err
+	}
+	if ccfg.MaxMessageBytes == 0 {
+		ccfg.MaxMessageBytes = cfg.MaxMessageBytes
+	}
+	if ccfg.Logger == nil {
+		ccfg.Logger = cfg.Logger
+	}
+	return New(reqR, respW, cfg), NewClient(respR, reqW, ccfg), nil
+}
+
+// Stdio returns the process's stdin and stdout for the broker end. Where it
+// can (a pipe or a terminal, on Linux), it opens them anew through
+// /proc/self/fd, which gives files the runtime can interrupt, so that
+// Close and write deadlines work, without changing the flags of the
+// descriptors the process shares with its parent. Elsewhere it returns
+// os.Stdin and os.Stdout.
+func Stdio(log *slog.Logger) (*os.File, *os.File) {
+	return reopen(os.Stdin, "/proc/self/fd/0", os.O_RDONLY, log), reopen(os.Stdout, "/proc/self/fd/1", os.O_WRONLY, log)
+}
+
+func reopen(f *os.File, path string, flag int, log *slog.Logger) *os.File {
+	st, err := f.Stat()
+	if err != nil {
+		return f
+	}
+	if st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) == 0 {
+		// A regular file or a socket: reopening would change its offset
+		// or is not possible.
+		return f
+	}
+	g, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		if log != nil {
+			log.Debug("stdio stays blocking", "path", path, "error", err)
+		}
+		return f
+	}
+	return g
+}
