@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// errUsage marks an error that is the user's input: exit status 2.
+var errUsage = errors.New("usage")
+
+// usageErrorf returns an error that exits 2 with its text.
+func usageErrorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// parseFlags parses args, then fills every flag the command line did not
+// set from the --config file (a JSON object whose keys are the flag names
+// without dashes). An unknown key or a bad value is a usage error naming
+// the key.
+//
+// Parse errors are returned, not printed: the caller reports them on one
+// line. --help prints the usage to the flag set's output and returns
+// flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string, configFlag *string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v (see a2a-bus help %s)", errUsage, err, fs.Name())
+	}
+	if fs.NArg() > 0 {
+		return usageErrorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if configFlag == nil || *configFlag == "" {
+		return nil
+	}
+	data, err := os.ReadFile(*configFlag)
+	if err != nil {
+		return usageErrorf("config: %v", err)
+	}
+	return applyConfig(fs, *configFlag, data, set)
+}
+
+func applyConfig(fs *flag.FlagSet, path string, data []byte, set map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var obj map[string]any
+	if err := dec.Decode(&obj); err != nil {
+		return usageErrorf("config %s: not a JSON object: %v", path, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return usageErrorf("config %s: trailing data after the JSON object", path)
+	}
+	for key, v := range obj {
+		f := fs.Lookup(key)
+		if f == nil || key == "config" {
+			return usageErrorf("config %s: unknown key %q", path, key)
+		}
+		if set[key] {
+			continue // flags win
+		}
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		case json.Number:
+			s = v.String()
+		case bool:
+			s = fmt.Sprint(v)
+		default:
+			return usageErrorf("config %s: key %q: want a string, number or boolean", path, key)
+		}
+		if err := fs.Set(key, s); err != nil {
+			return usageErrorf("config %s: key %q: bad value %q: %v", path, key, s, err)
+		}
+	}
+	return nil
+}
+
+// newLogger returns the text logger on stderr at a level.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, usageErrorf("--log-level: %q is not debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// report prints a failure as one line and returns its exit status.
+func report(stderr io.Writer, cmd string, err error) int {
+	if errors.Is(err, errUsage) {
+		fmt.Fprintf(stderr, "a2a-bus %s: %s\n", cmd, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "a2a-bus %s: %v\n", cmd, err)
+	return exitFailure
+}
