@@ -384,3 +384,53 @@ func TestStdioReopensPipes(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	assert.NoError(t, cmd.Wait(), "stdin and stdout pipes are reopened as pollable files")
 }
+
+// TestStalledReaderDoesNotWedgeTheBroker stops reading the broker's
+// output: Publish keeps returning at once (dropping what does not fit),
+// and once a write has been blocked for the write timeout the bus stops
+// with ErrPeerGone instead of hanging.
+func TestStalledReaderDoesNotWedgeTheBroker(t *testing.T) {
+	reqR, reqW, err := os.Pipe()
+	require.NoError(t, err)
+	respR, respW, err := os.Pipe()
+	require.NoError(t, err)
+	defer respR.Close()
+	defer reqW.Close()
+	bus := pipebus.New(reqR, respW, pipebus.Config{Queue: 16, WriteTimeout: 200 * time.Millisecond, Logger: quiet()})
+	defer bus.Close()
+	require.NoError(t, bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return nil })))
+	msg := []byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"s1","pad":"` + strings.Repeat("x", 4000) + `"}}`)
+	// Far more than the pipe's kernel buffer; nobody reads.
+	for range 200 {
+		require.NoError(t, bus.Publish("s1", msg))
+	}
+	assert.Positive(t, bus.Dropped(), "what did not fit in the queue was dropped, not waited for")
+	select {
+	case <-bus.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bus hangs on a reader that stopped")
+	}
+	assert.ErrorIs(t, bus.Err(), pipebus.ErrPeerGone)
+	assert.ErrorIs(t, bus.Publish("s1", msg), transport.ErrClosed)
+}
+
+// TestClosedReaderStopsTheBus closes the reading end: the next write fails
+// and the bus stops with ErrPeerGone.
+func TestClosedReaderStopsTheBus(t *testing.T) {
+	reqR, reqW, err := os.Pipe()
+	require.NoError(t, err)
+	respR, respW, err := os.Pipe()
+	require.NoError(t, err)
+	defer reqW.Close()
+	bus := pipebus.New(reqR, respW, pipebus.Config{Logger: quiet()})
+	defer bus.Close()
+	require.NoError(t, bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return nil })))
+	require.NoError(t, respR.Close())
+	require.NoError(t, bus.Publish("s1", []byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{}}`)))
+	select {
+	case <-bus.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the bus did not notice its reader is gone")
+	}
+	assert.ErrorIs(t, bus.Err(), pipebus.ErrPeerGone)
+}
