@@ -20,6 +20,7 @@ import (
 const (
 	DefaultMaxTasksPerContext = 32
 	DefaultReplayWindow       = 10000
+	DefaultReplayBytes        = 16 << 20
 	DefaultOrphanTimeout      = 10 * time.Minute
 )
 
@@ -39,6 +40,10 @@ type Config struct {
 	// a2a.events.replay: the longest outage a runtime can bridge without
 	// re-reading its tasks. 0 means DefaultReplayWindow.
 	ReplayWindow int
+	// ReplayBytes caps the bytes of the notifications kept per session, so
+	// that large messages cannot make the replay window hold gigabytes;
+	// the oldest go first. 0 means DefaultReplayBytes.
+	ReplayBytes int
 	// OrphanTimeout is how long, after start, open tasks found in the
 	// store wait for their members to re-register before they are closed
 	// as if the member had deregistered. 0 means DefaultOrphanTimeout;
@@ -62,6 +67,10 @@ type Broker struct {
 	reg     registry
 	events  eventLog
 	stripes [taskStripes]sync.Mutex
+	// instances serialize the registrations and departures of one
+	// instance id: a departure's closing of its tasks never meets a new
+	// registration of the same instance halfway.
+	instances [instanceStripes]sync.Mutex
 
 	methods map[string]method
 
@@ -94,6 +103,9 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	if cfg.ReplayWindow <= 0 {
 		cfg.ReplayWindow = DefaultReplayWindow
 	}
+	if cfg.ReplayBytes <= 0 {
+		cfg.ReplayBytes = DefaultReplayBytes
+	}
 	if cfg.OrphanTimeout == 0 {
 		cfg.OrphanTimeout = DefaultOrphanTimeout
 	}
@@ -113,7 +125,7 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.reg.init()
-	b.events.init(cfg.ReplayWindow)
+	b.events.init(cfg.ReplayWindow, cfg.ReplayBytes)
 	b.methods = map[string]method{
 		wire.MethodRegister:   {serve: b.register},
 		wire.MethodDeregister: {serve: b.deregister},

@@ -12,7 +12,8 @@ import (
 // eventLog numbers notifications per recipient session and keeps the last
 // window of them for replay.
 type eventLog struct {
-	window int
+	window   int
+	maxBytes int
 
 	mu       sync.Mutex
 	sessions map[string]*sessionLog
@@ -22,14 +23,17 @@ type eventLog struct {
 // while a notification is numbered, kept and published, so the session's
 // notifications are published in seq order.
 type sessionLog struct {
-	mu   sync.Mutex
-	seq  uint64   // the last seq given
-	ring [][]byte // the last len(ring) notifications, oldest at start
-	head int      // index of the oldest when the ring is full
+	mu    sync.Mutex
+	seq   uint64   // the last seq given
+	ring  [][]byte // the kept notifications, oldest first from head
+	head  int      // index of the oldest
+	n     int      // how many are kept
+	bytes int      // their size
 }
 
-func (l *eventLog) init(window int) {
+func (l *eventLog) init(window, maxBytes int) {
 	l.window = window
+	l.maxBytes = maxBytes
 	l.sessions = map[string]*sessionLog{}
 }
 
@@ -73,32 +77,56 @@ func (l *eventLog) emit(b *Broker, recipient, session, fromSession, method strin
 		return
 	}
 	s.seq++
-	if len(s.ring) < l.window {
-		s.ring = append(s.ring, msg)
-	} else {
-		s.ring[s.head] = msg
-		s.head = (s.head + 1) % len(s.ring)
-	}
+	s.keep(msg, l.window, l.maxBytes)
 	if err := b.bus.Publish(session, msg); err != nil {
 		// The notification is kept: the recipient's runtime replays it.
 		b.log.Warn("publish failed; the event stays in the replay log", "seq", head.Seq, "error", err)
 	}
 }
 
-// since returns the kept notifications after seq afterSeq, in order, and
-// the window's bounds. s.mu is held.
-func (s *sessionLog) since(afterSeq uint64) (events []json.RawMessage, oldest uint64) {
-	n := uint64(len(s.ring))
-	oldest = s.seq - n + 1
+// keep adds msg as the newest, dropping the oldest beyond window
+// notifications or maxBytes bytes (the newest is always kept).
+func (s *sessionLog) keep(msg []byte, window, maxBytes int) {
+	if s.n == len(s.ring) && len(s.ring) < window {
+		// Grow: unroll the ring into a larger slice.
+		grown := make([][]byte, s.n, min(window, max(16, 2*s.n)))
+		for i := range s.n {
+			grown[i] = s.ring[(s.head+i)%len(s.ring)]
+		}
+		s.ring = grown[:cap(grown)]
+		s.head = 0
+	}
+	for s.n > 0 && (s.n == len(s.ring) || s.bytes+len(msg) > maxBytes) {
+		s.bytes -= len(s.ring[s.head])
+		s.ring[s.head] = nil
+		s.head = (s.head + 1) % len(s.ring)
+		s.n--
+	}
+	s.ring[(s.head+s.n)%len(s.ring)] = msg
+	s.n++
+	s.bytes += len(msg)
+}
+
+// oldest returns the seq of the oldest kept notification; seq+1 when none
+// is kept.
+func (s *sessionLog) oldest() uint64 { return s.seq - uint64(s.n) + 1 }
+
+// since returns the kept notifications after seq afterSeq, in order; nil
+// when some of them are no longer kept. s.mu is held.
+func (s *sessionLog) since(afterSeq uint64) []json.RawMessage {
+	oldest := s.oldest()
 	if afterSeq+1 < oldest {
-		return nil, oldest
+		return nil
 	}
-	skip := afterSeq + 1 - oldest
-	events = make([]json.RawMessage, 0, n-min(skip, n))
-	for i := skip; i < n; i++ {
-		events = append(events, s.ring[(uint64(s.head)+i)%n])
+	if afterSeq >= s.seq {
+		return []json.RawMessage{}
 	}
-	return events, oldest
+	skip := int(afterSeq + 1 - oldest)
+	events := make([]json.RawMessage, 0, s.n-skip)
+	for i := skip; i < s.n; i++ {
+		events = append(events, s.ring[(s.head+i)%len(s.ring)])
+	}
+	return events
 }
 
 func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
@@ -110,7 +138,7 @@ func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.
 		}
 		_ = json.Unmarshal(params, &claim)
 		var ctxID string
-		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != from.Session {
+		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session {
 			return nil, wire.ErrUnauthorized.Withf("replay of another session than the caller's")
 		}
 	}
@@ -133,7 +161,7 @@ func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		res.LastSeq = s.seq
-		oldest = s.seq - uint64(len(s.ring)) + 1
+		oldest = s.oldest()
 	}
 	gap := func(why string) *wire.Error {
 		e := wire.ErrReplayGap.Withf("%s; re-read your tasks with a2a.tasks.list", why)
@@ -144,13 +172,12 @@ func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.
 	if *p.Epoch != b.epoch {
 		return nil, gap("the epoch is not the current one")
 	}
-	if *p.AfterSeq > res.LastSeq {
-		return nil, wire.ErrInvalidParams.Withf("afterSeq: %d is beyond the session's last seq %d", *p.AfterSeq, res.LastSeq)
-	}
-	if s == nil {
+	if s == nil || *p.AfterSeq >= res.LastSeq {
+		// Nothing after it: no events (also for an afterSeq beyond the
+		// last, which lastSeq lets the caller see).
 		return res, nil
 	}
-	events, _ := s.since(*p.AfterSeq)
+	events := s.since(*p.AfterSeq)
 	if events == nil {
 		return nil, gap("the events after that seq are no longer kept")
 	}

@@ -43,16 +43,24 @@ func (b *Broker) startOrphanSweep() error {
 		case <-timer.C:
 		}
 		for _, m := range members {
-			b.reg.mu.RLock()
-			back := b.reg.seen[m.instance]
-			b.reg.mu.RUnlock()
-			if back {
-				continue
-			}
-			if err := b.closeTasksOf(b.ctx, m.instance, m.session); err != nil {
-				b.log.Warn("closing orphaned tasks failed", "error", err.Message)
-			}
+			b.sweepOrphan(m.instance, m.session)
 		}
 	})
 	return nil
+}
+
+// sweepOrphan closes the tasks of an instance that has not come back,
+// holding the instance so that it cannot come back halfway.
+func (b *Broker) sweepOrphan(instance, session string) {
+	unlock := b.lockInstance(instance)
+	defer unlock()
+	b.reg.mu.RLock()
+	back := b.reg.seen[instance]
+	b.reg.mu.RUnlock()
+	if back {
+		return
+	}
+	if err := b.closeTasksOf(b.ctx, instance, session); err != nil {
+		b.log.Warn("closing orphaned tasks failed", "error", err.Message)
+	}
 }

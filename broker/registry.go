@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"strings"
@@ -174,6 +175,16 @@ func (r *registry) liveInstance(instance string) *agent {
 
 func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
+// instanceStripes is the number of locks that serialize registrations and
+// departures by instance id.
+const instanceStripes = 256
+
+func (b *Broker) lockInstance(instance string) func() {
+	m := &b.instances[maphash.String(stripeSeed, instance)%instanceStripes]
+	m.Lock()
+	return m.Unlock
+}
+
 // authenticate finds the agent a token belongs to and checks that the
 // caller may use it from where it calls. It does not hold the agent.
 func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wire.Error) {
@@ -239,7 +250,7 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, params jso
 		}
 		_ = json.Unmarshal(params, &claim)
 		var ctxID string
-		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != from.Session {
+		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session {
 			return nil, wire.ErrUnauthorized.Withf("register for another session than the caller's")
 		}
 	}
@@ -273,33 +284,32 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, params jso
 	card.ContextID = p.ContextID
 	card.RegisteredAt = &at
 
+	// One registration or departure of an instance at a time.
+	unlockInstance := b.lockInstance(p.InstanceID)
+	defer unlockInstance()
 	r := &b.reg
-	for {
-		r.mu.Lock()
-		old := r.byInstance[p.InstanceID]
-		if old == nil {
-			break
-		}
+	r.mu.RLock()
+	old := r.byInstance[p.InstanceID]
+	r.mu.RUnlock()
+	if old != nil {
 		if old.session != p.ContextID {
-			r.mu.Unlock()
 			return nil, wire.ErrInvalidParams.Withf("instanceId is live in another session")
 		}
 		// The same delegate registering again in its session replaces its
 		// registration: a new token, the old one revoked, its tasks left
-		// open. Revoke outside the registry lock, as it waits for the
-		// old registration's running operations.
-		r.mu.Unlock()
-		if old.revoke() {
-			r.mu.Lock()
-			if old.name == p.Card.Name {
-				// Keep the agentId: reserve it for the new registration.
-				a.id = old.id
-			}
-			r.remove(old)
-			r.mu.Unlock()
+		// open. revoke waits for the old registration's running
+		// operations; the instance lock keeps anyone else from revoking
+		// it meanwhile.
+		old.revoke()
+	}
+	r.mu.Lock()
+	if old != nil {
+		r.remove(old)
+		if old.name == p.Card.Name {
+			a.id = old.id // removed above, in this same critical section: free
 		}
 	}
-	if a.id == "" || r.byID[a.id] != nil {
+	if a.id == "" {
 		a.id = r.uniqueID(p.Card.Name)
 	}
 	card.AgentID = a.id
@@ -325,6 +335,8 @@ func (b *Broker) deregister(ctx context.Context, from transport.Caller, params j
 	if shapeErr != nil {
 		return nil, shapeErr
 	}
+	unlockInstance := b.lockInstance(a.instance)
+	defer unlockInstance()
 	if !a.revoke() {
 		return nil, errRevoked()
 	}
@@ -332,8 +344,10 @@ func (b *Broker) deregister(ctx context.Context, from transport.Caller, params j
 	b.reg.remove(a)
 	b.reg.mu.Unlock()
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
-	if err := b.closeTasksOf(ctx, a.instance, a.session); err != nil {
-		return nil, err
+	// The agent is gone whatever happens next: close its tasks even if the
+	// caller stops waiting, and answer success once revoked.
+	if err := b.closeTasksOf(context.WithoutCancel(ctx), a.instance, a.session); err != nil {
+		b.log.Error("deregistered agent's tasks not all closed", "agentId", a.id, "error", err.Message)
 	}
 	return struct{}{}, nil
 }

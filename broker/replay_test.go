@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,9 +82,11 @@ func TestReplay_OrderAndGaps(t *testing.T) {
 			assert.Equal(t, epoch, we.Data.Epoch)
 		}
 	})
-	t.Run("beyond the last is invalid", func(t *testing.T) {
-		_, err := replayCall(e, "s1", epoch, 9)
-		requireCode(t, err, wire.ErrInvalidParams)
+	t.Run("beyond the last: no events, and lastSeq says so", func(t *testing.T) {
+		r, err := replayCall(e, "s1", epoch, 9)
+		require.NoError(t, err)
+		assert.Empty(t, r.Events)
+		assert.Equal(t, uint64(8), r.LastSeq)
 	})
 	t.Run("a session with no events", func(t *testing.T) {
 		r, err := replayCall(e, "quiet", epoch, 0)
@@ -166,4 +169,47 @@ func TestOrphanSweep(t *testing.T) {
 	got, err := req.get("t-keep")
 	require.NoError(t, err)
 	assert.Equal(t, wire.StateSubmitted, got.Status.State, "tasks whose members came back stay open")
+}
+
+func TestReplay_ByteCapKeepsMemoryBounded(t *testing.T) {
+	e := newEnv(t, broker.Config{ReplayBytes: 64 << 10})
+	e.register("s1", "a")
+	b := e.register("s2", "b")
+	big := strings.Repeat("x", 20<<10)
+	for range 10 {
+		_, err := b.call(wire.MethodSend, map[string]any{"to": "a", "oneway": true, "message": text(big)})
+		require.NoError(t, err)
+		<-e.session("s1").sub.C()
+	}
+	epoch := e.broker.Epoch()
+	_, err := replayCall(e, "s1", epoch, 0)
+	requireCode(t, err, wire.ErrReplayGap)
+	var we *wire.Error
+	require.True(t, errors.As(err, &we))
+	assert.Equal(t, uint64(8), we.Data.OldestSeq, "only the last 64 KiB (three 20 KiB events) are kept")
+	r, err := replayCall(e, "s1", epoch, 7)
+	require.NoError(t, err)
+	assert.Len(t, r.Events, 3)
+	assert.Equal(t, uint64(10), r.LastSeq)
+}
+
+func TestReplay_WindowGrowsAndWraps(t *testing.T) {
+	e := newEnv(t, broker.Config{ReplayWindow: 40})
+	e.register("s1", "a")
+	b := e.register("s2", "b")
+	epoch := e.broker.Epoch()
+	for i := 1; i <= 100; i++ {
+		_, err := b.call(wire.MethodSend, map[string]any{"to": "a", "oneway": true, "message": text(fmt.Sprint(i))})
+		require.NoError(t, err)
+		<-e.session("s1").sub.C()
+		after := uint64(max(0, i-40))
+		r, err := replayCall(e, "s1", epoch, after)
+		require.NoError(t, err, "after %d events", i)
+		require.Len(t, r.Events, i-int(after))
+		for j, raw := range r.Events {
+			ev, err := wire.DecodeEvent(raw)
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprint(int(after)+j+1), *ev.Push.Message.Parts[0].Text)
+		}
+	}
 }

@@ -129,6 +129,18 @@ func ambiguous(candidates []*agent, where string) *wire.Error {
 }
 
 func (b *Broker) push(self, peer *agent, m *wire.Message) (any, *wire.Error) {
+	// Hold both, as for a task: a deregistered sender's token has stopped
+	// working once deregister returns, and nothing is pushed to an agent
+	// already gone.
+	if !enterPair(self, peer) {
+		if self.enter() {
+			self.leave()
+			return nil, wire.ErrUnknownAgent.Withf("no live agent %s", quote(peer.id))
+		}
+		return nil, errRevoked()
+	}
+	defer self.leave()
+	defer peer.leave()
 	msg := b.stamp(*m, self, wire.RoleUser, "", self.session)
 	b.events.emit(b, peer.id, peer.session, self.session, wire.NotifyPush, func(h wire.EventHead) any {
 		return &wire.Push{EventHead: h, From: self.id, Message: &msg}
@@ -421,6 +433,7 @@ func (b *Broker) closeTasksOf(ctx context.Context, instance, session string) *wi
 	if err != nil {
 		return b.internal("list tasks of a departed agent", err)
 	}
+	var failed *wire.Error
 	for _, rec := range recs {
 		m := requester
 		state := wire.StateCanceled
@@ -442,11 +455,12 @@ func (b *Broker) closeTasksOf(ctx context.Context, instance, session string) *wi
 			b.notifyTask(&updated.Task, otherID, otherSession, session, wire.EventStatus, nil)
 		}
 		unlock()
-		if err != nil && !errors.Is(err, errTerminal) {
-			return b.internal("close task of a departed agent", err)
+		if err != nil && !errors.Is(err, errTerminal) && failed == nil {
+			// Go on with the others; report the first failure.
+			failed = b.internal("close task of a departed agent", err)
 		}
 	}
-	return nil
+	return failed
 }
 
 // notifyTask publishes an a2a.task.event about task to one member.
