@@ -38,8 +38,7 @@ type Record struct {
 	AgentInstance     string `json:"agentInstance"`
 }
 
-// Clone returns a deep enough copy of r: its slices can be appended to
-// without touching r's.
+// Clone returns a deep copy of r.
 func (r *Record) Clone() *Record {
 	c := *r
 	c.Task = *r.Task.Clone()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"unicode/utf8"
 )
 
@@ -253,6 +254,9 @@ func DecodeNotificationHead(raw []byte) (NotificationHead, error) {
 func DecodeParams(params json.RawMessage, v any) *Error {
 	if !ParamsObject(params) {
 		return ErrInvalidParams.Withf("params must be an object")
+	}
+	if mayHaveCaseVariants(params) {
+		params, _ = exactMembers(params, reflect.TypeOf(v))
 	}
 	if err := json.Unmarshal(params, v); err != nil {
 		return ErrInvalidParams.Withf("%s", jsonProblem(err))

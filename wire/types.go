@@ -29,8 +29,12 @@ func (t Time) MarshalJSON() ([]byte, error) {
 	return append(b, '"'), nil
 }
 
-// UnmarshalJSON implements json.Unmarshaler; it accepts any RFC 3339 time.
+// UnmarshalJSON implements json.Unmarshaler; it accepts any RFC 3339 time,
+// and null as no change, as encoding/json does for its own types.
 func (t *Time) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return err
@@ -332,13 +336,56 @@ type Task struct {
 	Metadata       json.RawMessage `json:"metadata,omitempty"`
 }
 
-// Clone returns a copy of t whose slices can be appended to without
-// touching t's.
+// Clone returns a deep copy of t: nothing the copy holds is shared with t.
 func (t *Task) Clone() *Task {
 	c := *t
-	c.History = append([]Message(nil), t.History...)
-	c.Artifacts = append(make([]Artifact, 0, len(t.Artifacts)), t.Artifacts...)
+	c.Status.Message = t.Status.Message.Clone()
+	if t.History != nil {
+		c.History = make([]Message, len(t.History))
+		for i := range t.History {
+			c.History[i] = *t.History[i].Clone()
+		}
+	}
+	c.Artifacts = make([]Artifact, len(t.Artifacts))
+	for i, a := range t.Artifacts {
+		a.Parts = cloneParts(a.Parts)
+		a.Metadata = bytes.Clone(a.Metadata)
+		c.Artifacts[i] = a
+	}
+	c.Metadata = bytes.Clone(t.Metadata)
 	return &c
+}
+
+// Clone returns a deep copy of m (nil for nil).
+func (m *Message) Clone() *Message {
+	if m == nil {
+		return nil
+	}
+	c := *m
+	c.Parts = cloneParts(m.Parts)
+	c.Metadata = bytes.Clone(m.Metadata)
+	return &c
+}
+
+func cloneParts(ps []Part) []Part {
+	if ps == nil {
+		return nil
+	}
+	out := make([]Part, len(ps))
+	for i, p := range ps {
+		if p.Text != nil {
+			s := *p.Text
+			p.Text = &s
+		}
+		p.Data = bytes.Clone(p.Data)
+		p.Metadata = bytes.Clone(p.Metadata)
+		if p.File != nil {
+			f := *p.File
+			p.File = &f
+		}
+		out[i] = p
+	}
+	return out
 }
 
 // WithoutHistory returns a shallow copy of t without its history, as

@@ -94,3 +94,40 @@ func TestDecodeNotificationHeadFallsBackToContextId(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "new", h.Session())
 }
+
+func TestParamsMatchMembersByExactName(t *testing.T) {
+	tests := []struct {
+		name, params string
+		want         wire.SendParams
+	}{
+		{"case variant ignored", `{"TOKEN":"t","To":"x"}`, wire.SendParams{}},
+		{"exact wins over a later variant", `{"token":"t","Token":"zzz"}`, wire.SendParams{Token: "t"}},
+		{"nested variant ignored", `{"token":"t","message":{"Parts":[{"kind":"text","text":"a"}],"parts":[{"kind":"text","text":"b","TEXT":"c"}]}}`,
+			wire.SendParams{Token: "t", Message: &wire.Message{Parts: []wire.Part{wire.TextPart("b")}}}},
+		{"escaped name is still exact", `{"\u0074oken":"t"}`, wire.SendParams{Token: "t"}},
+		{"escaped variant ignored", `{"\u0054oken":"t"}`, wire.SendParams{}},
+		{"Kelvin sign does not fold into k", `{"tas\u212aId":"x","token":"t"}`, wire.SendParams{Token: "t"}},
+		{"client data keeps its members", `{"token":"t","metadata":{"Token":1,"TO":2}}`, wire.SendParams{Token: "t", Metadata: json.RawMessage(`{"Token":1,"TO":2}`)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got wire.SendParams
+			require.Nil(t, wire.DecodeParams(json.RawMessage(tc.params), &got))
+			if tc.want.Message == nil {
+				assert.Nil(t, got.Message)
+			} else {
+				require.NotNil(t, got.Message)
+				require.Len(t, got.Message.Parts, len(tc.want.Message.Parts))
+				for i := range tc.want.Message.Parts {
+					assert.Equal(t, *tc.want.Message.Parts[i].Text, *got.Message.Parts[i].Text)
+				}
+				got.Message, tc.want.Message = nil, nil
+			}
+			if tc.want.Metadata != nil {
+				assert.JSONEq(t, string(tc.want.Metadata), string(got.Metadata))
+				got.Metadata, tc.want.Metadata = nil, nil
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}

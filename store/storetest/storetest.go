@@ -255,10 +255,22 @@ func testCopies(t *testing.T, s store.Store) {
 	assert.Equal(t, wire.StateSubmitted, got.Task.Status.State)
 	got.Task.History = append(got.Task.History, wire.Message{MessageID: "x"})
 	got.Task.Status.State = wire.StateFailed
+	*got.Task.History[0].Parts[0].Text = "tampered"
+	got.Task.History[0].Parts[0] = wire.TextPart("replaced")
 	again, err := s.Get(ctx(), "t1")
 	require.NoError(t, err)
 	assert.Len(t, again.Task.History, 1)
 	assert.Equal(t, wire.StateSubmitted, again.Task.Status.State)
+	assert.Equal(t, "hello t1", *again.Task.History[0].Parts[0].Text, "nested parts are copies too")
+	// An update that changes nested data and then fails changes nothing.
+	_, err = s.Update(ctx(), "t1", func(r *store.Record) error {
+		*r.Task.History[0].Parts[0].Text = "half-done"
+		return errors.New("abort")
+	})
+	require.Error(t, err)
+	again, err = s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, "hello t1", *again.Task.History[0].Parts[0].Text)
 }
 
 func testClose(t *testing.T, s store.Store) {
