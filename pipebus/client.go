@@ -183,6 +183,9 @@ func (c *Client) fail(cause error) {
 
 // call sends one request and waits for its response.
 func (c *Client) call(ctx context.Context, s *session, method string, params any) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // an ended context sends nothing
+	}
 	id := c.nextID.Add(1)
 	req, err := wire.EncodeRequest(id, method, params)
 	if err != nil {

@@ -400,16 +400,23 @@ func TestStalledReaderDoesNotWedgeTheBroker(t *testing.T) {
 	defer bus.Close()
 	require.NoError(t, bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return nil })))
 	msg := []byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"s1","pad":"` + strings.Repeat("x", 4000) + `"}}`)
-	// Far more than the pipe's kernel buffer; nobody reads.
-	for range 200 {
-		require.NoError(t, bus.Publish("s1", msg))
+	// Publish until the pipe and the queue are full and a write has been
+	// blocked for the timeout; nobody reads. Publish itself never waits.
+	deadline := time.After(10 * time.Second)
+publishing:
+	for {
+		select {
+		case <-bus.Done():
+			break publishing
+		case <-deadline:
+			t.Fatal("the bus hangs on a reader that stopped")
+		default:
+		}
+		if err := bus.Publish("s1", msg); err != nil {
+			require.ErrorIs(t, err, transport.ErrClosed)
+		}
 	}
 	assert.Positive(t, bus.Dropped(), "what did not fit in the queue was dropped, not waited for")
-	select {
-	case <-bus.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the bus hangs on a reader that stopped")
-	}
 	assert.ErrorIs(t, bus.Err(), pipebus.ErrPeerGone)
 	assert.ErrorIs(t, bus.Publish("s1", msg), transport.ErrClosed)
 }

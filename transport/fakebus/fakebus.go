@@ -156,6 +156,9 @@ func (b *Bus) CallHost(ctx context.Context, method string, params any) (json.Raw
 }
 
 func (b *Bus) call(ctx context.Context, s *session, from transport.Caller, method string, params any) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // an ended context sends nothing
+	}
 	req, err := wire.EncodeRequest(b.nextID.Add(1), method, params)
 	if err != nil {
 		return nil, err
