@@ -117,8 +117,11 @@ type Bus interface {
 	// Close stops the bus: it cancels the context of running handler
 	// calls and waits for them to return, fails calls still pending on
 	// in-process sessions with ErrClosed, and ends every subscription of
-	// in-process sessions (their channels close). Close is idempotent;
-	// later calls return nil.
+	// in-process sessions (their channels close). Calls pending at other
+	// clients fail too: with ErrUnavailable when their link to the bus
+	// goes, or with a wire.ErrInternal response saying that the broker is
+	// shutting down when the link stays (a shared NATS server). Close is
+	// idempotent; later calls return nil.
 	Close() error
 }
 

@@ -18,6 +18,17 @@ type Sub struct {
 	dropped atomic.Uint64
 	set     *Set
 	session string
+	onClose func() // for a Sub made by NewSub
+}
+
+// NewSub returns a subscription outside any Set, with a buffer of n
+// notifications (n <= 0: transport.DefaultSubscriptionBuffer). onClose,
+// when not nil, runs once when it ends by Close.
+func NewSub(n int, onClose func()) *Sub {
+	if n <= 0 {
+		n = transport.DefaultSubscriptionBuffer
+	}
+	return &Sub{ch: make(chan []byte, n), onClose: onClose}
 }
 
 var _ transport.Subscription = (*Sub)(nil)
@@ -50,17 +61,23 @@ func (s *Sub) Close() error {
 	if s.set != nil {
 		s.set.remove(s)
 	}
-	s.end()
+	if s.End() && s.onClose != nil {
+		s.onClose()
+	}
 	return nil
 }
 
-func (s *Sub) end() {
+// End closes C without running onClose (the owner is ending it); it
+// reports whether this call ended it.
+func (s *Sub) End() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		close(s.ch)
+	if s.closed {
+		return false
 	}
+	s.closed = true
+	close(s.ch)
+	return true
 }
 
 // Set is the subscriptions of many sessions. The zero Set is ready.
@@ -129,7 +146,7 @@ func (s *Set) EndSession(session string) {
 	delete(s.subs, session)
 	s.mu.Unlock()
 	for sub := range m {
-		sub.end()
+		sub.End()
 	}
 }
 
@@ -143,7 +160,7 @@ func (s *Set) Close() {
 	s.mu.Unlock()
 	for _, m := range all {
 		for sub := range m {
-			sub.end()
+			sub.End()
 		}
 	}
 }

@@ -1,0 +1,317 @@
+package natsbus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/a2a-bus/a2a-bus/internal/fanout"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// ClientConfig configures the session side. Give exactly one credential:
+// Token (the host's: any session, and host calls), User and Password with
+// Session (a session credential from a2a.sessions.open), or CredsFile.
+type ClientConfig struct {
+	// URL of the NATS server ("nats://127.0.0.1:4222").
+	URL string
+	// Token is the host credential.
+	Token string
+	// User and Password are a session credential; Session is the session
+	// it belongs to, the only one the client can open.
+	User, Password, Session string
+	// CredsFile is a NATS credentials file, for an external server.
+	CredsFile string
+	// MaxMessageBytes is the largest request Call sends; a larger one is
+	// transport.ErrTooLarge. 0 means wire.DefaultMaxMessageBytes.
+	MaxMessageBytes int
+	// Buffer is each subscription's buffer; a receiver that falls further
+	// behind loses notifications (it replays them). 0 means
+	// transport.DefaultSubscriptionBuffer.
+	Buffer int
+	// NoReconnect makes a lost connection final instead of retried.
+	NoReconnect bool
+	// Logger receives the client's logs. nil means slog.Default().
+	Logger *slog.Logger
+
+	inProcess nats.InProcessConnProvider
+}
+
+// ErrWrongSession is returned by Client.Session for a session other than
+// the one a session credential belongs to.
+var ErrWrongSession = errors.New("natsbus: the credential belongs to another session")
+
+// Client is the session side over NATS. It implements transport.Client and
+// transport.HostCaller (host calls need the host credential).
+type Client struct {
+	cfg     ClientConfig
+	nc      *nats.Conn
+	log     *slog.Logger
+	onClose func()
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	closed   bool
+	sessions map[*session]struct{}
+	// link is canceled when the connection drops: a reply to a request
+	// sent before cannot arrive any more (core NATS keeps nothing).
+	link     context.Context
+	linkDown context.CancelFunc
+}
+
+var (
+	_ transport.Client     = (*Client)(nil)
+	_ transport.HostCaller = (*Client)(nil)
+)
+
+// Dial connects a client.
+func Dial(cfg ClientConfig) (*Client, error) {
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.link, c.linkDown = context.WithCancel(c.ctx)
+	opts := []nats.Option{
+		nats.Name("a2a-bus client"),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			c.log.Warn("nats: asynchronous error", "error", err)
+		}),
+	}
+	switch {
+	case cfg.Token != "":
+		opts = append(opts, nats.Token(cfg.Token))
+	case cfg.User != "":
+		if cfg.Session == "" {
+			return nil, errors.New("natsbus: a session credential needs its Session")
+		}
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password), nats.CustomInboxPrefix(SessionInbox(cfg.Session)))
+	case cfg.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.inProcess != nil {
+		opts = append(opts, nats.InProcessServer(cfg.inProcess))
+	}
+	if cfg.NoReconnect || cfg.inProcess != nil {
+		opts = append(opts, nats.NoReconnect())
+	} else {
+		opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	}
+	// A connection that is closed for good ends every subscription.
+	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) {
+		c.linkLost()
+		c.endSubscriptions()
+	}))
+	opts = append(opts, nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		c.log.Warn("nats: disconnected", "error", err)
+		c.linkLost()
+	}))
+	opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) {
+		c.mu.Lock()
+		c.link, c.linkDown = context.WithCancel(c.ctx)
+		c.mu.Unlock()
+	}))
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: connect to %s: %w", redact(cfg.URL), err)
+	}
+	c.nc = nc
+	return c, nil
+}
+
+func (c *Client) linkLost() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.linkDown()
+}
+
+func (c *Client) endSubscriptions() {
+	c.mu.Lock()
+	sessions := make([]*session, 0, len(c.sessions))
+	for s := range c.sessions {
+		sessions = append(sessions, s)
+	}
+	c.mu.Unlock()
+	for _, s := range sessions {
+		s.endSubscriptions()
+	}
+}
+
+// Conn returns the underlying NATS connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// Session implements transport.Client.
+func (c *Client) Session(ctx context.Context, id string) (transport.Session, error) {
+	if err := wire.ValidateID("session id", id); err != nil {
+		return nil, err
+	}
+	if c.cfg.Session != "" && id != c.cfg.Session {
+		return nil, ErrWrongSession
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, transport.ErrClosed
+	}
+	s := &session{c: c, id: id, rpc: RPCSubject(id), events: EventsSubject(id)}
+	s.ctx, s.cancel = context.WithCancel(c.ctx)
+	c.sessions[s] = struct{}{}
+	return s, nil
+}
+
+// CallHost implements transport.HostCaller.
+func (c *Client) CallHost(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	return c.request(ctx, c.ctx, HostRPC, method, params)
+}
+
+func (c *Client) request(ctx, scope context.Context, subject, method string, params any) (json.RawMessage, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if scope.Err() != nil {
+		return nil, transport.ErrClosed
+	}
+	req, err := wire.EncodeRequest(1, method, params)
+	if err != nil {
+		return nil, err
+	}
+	if len(req) > c.cfg.MaxMessageBytes {
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", transport.ErrTooLarge, len(req), c.cfg.MaxMessageBytes)
+	}
+	// End the request when the session or client closes, or the
+	// connection drops.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(scope, cancel)
+	defer stop()
+	c.mu.Lock()
+	link := c.link
+	c.mu.Unlock()
+	stopLink := context.AfterFunc(link, cancel)
+	defer stopLink()
+	msg, err := c.nc.RequestWithContext(rctx, subject, req)
+	switch {
+	case err == nil:
+		return wire.ResultOf(msg.Data)
+	case scope.Err() != nil:
+		return nil, transport.ErrClosed
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case link.Err() != nil:
+		return nil, fmt.Errorf("%w: the connection to NATS was lost", transport.ErrUnavailable)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return nil, fmt.Errorf("%w: %v", transport.ErrTooLarge, err)
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w: no broker serves %s", transport.ErrUnavailable, subject)
+	default:
+		return nil, fmt.Errorf("%w: %v", transport.ErrUnavailable, err)
+	}
+}
+
+// Close implements transport.Client. Idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	sessions := c.sessions
+	c.sessions = nil
+	c.mu.Unlock()
+	c.cancel()
+	for s := range sessions {
+		s.close()
+	}
+	c.nc.Close()
+	if c.onClose != nil {
+		c.onClose()
+	}
+	return nil
+}
+
+type session struct {
+	c           *Client
+	id          string
+	rpc, events string
+	ctx         context.Context
+	cancel      context.CancelFunc
+
+	mu   sync.Mutex
+	subs map[*fanout.Sub]*nats.Subscription
+}
+
+func (s *session) ID() string { return s.id }
+
+func (s *session) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	return s.c.request(ctx, s.ctx, s.rpc, method, params)
+}
+
+func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return nil, transport.ErrClosed
+	}
+	var ns *nats.Subscription
+	var sub *fanout.Sub
+	sub = fanout.NewSub(s.c.cfg.Buffer, func() {
+		s.mu.Lock()
+		delete(s.subs, sub)
+		s.mu.Unlock()
+		_ = ns.Unsubscribe()
+	})
+	ns, err := s.c.nc.Subscribe(s.events, func(m *nats.Msg) { sub.Deliver(m.Data) })
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+	}
+	// Once the server has the interest, every later publish reaches it.
+	if err := s.c.nc.FlushWithContext(ctx); err != nil {
+		_ = ns.Unsubscribe()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+	}
+	if s.subs == nil {
+		s.subs = map[*fanout.Sub]*nats.Subscription{}
+	}
+	s.subs[sub] = ns
+	return sub, nil
+}
+
+func (s *session) Close() error {
+	s.c.mu.Lock()
+	delete(s.c.sessions, s)
+	s.c.mu.Unlock()
+	s.close()
+	return nil
+}
+
+func (s *session) close() {
+	s.cancel()
+	s.endSubscriptions()
+}
+
+func (s *session) endSubscriptions() {
+	s.mu.Lock()
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	for sub, ns := range subs {
+		_ = ns.Unsubscribe()
+		sub.End()
+	}
+}

@@ -1,0 +1,73 @@
+package natsbus
+
+import (
+	"encoding/base64"
+	"errors"
+	"regexp"
+	"unicode/utf8"
+)
+
+// The subjects of the NATS binding. <T> is a session's subject token.
+const (
+	// RPCPrefix + <T> is where a session sends its requests.
+	RPCPrefix = "a2a.rpc."
+	// HostRPC is where the host sends host-only requests.
+	HostRPC = "a2a.host.rpc"
+	// EventsPrefix + <T> + EventsSuffix is where a session's notifications
+	// are published.
+	EventsPrefix = "a2a.session."
+	EventsSuffix = ".events"
+	// InboxPrefix + <T> is the inbox prefix a session credential must use.
+	InboxPrefix = "_INBOX."
+)
+
+var plainToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+var b64 = base64.RawURLEncoding.Strict()
+
+// ErrBadToken is returned by SessionID for a subject token that is not the
+// canonical token of any session id.
+var ErrBadToken = errors.New("natsbus: not a canonical session subject token")
+
+// SubjectToken returns the subject token <T> of a session id: the id
+// itself when it matches ^[A-Za-z0-9_-]{1,128}$, otherwise "~" and the
+// unpadded base64url encoding of its UTF-8 bytes. "~" never occurs in the
+// first form, so the mapping is one-to-one.
+func SubjectToken(id string) string {
+	if plainToken.MatchString(id) {
+		return id
+	}
+	return "~" + b64.EncodeToString([]byte(id))
+}
+
+// SessionID inverts SubjectToken. A token in neither canonical form
+// (padding, a "~" form of an id that has a plain form, bytes that are not
+// UTF-8, ...) is ErrBadToken, so no session has two names.
+func SessionID(token string) (string, error) {
+	if plainToken.MatchString(token) {
+		return token, nil
+	}
+	if len(token) < 2 || token[0] != '~' {
+		return "", ErrBadToken
+	}
+	raw, err := b64.DecodeString(token[1:])
+	if err != nil || len(raw) == 0 || !utf8.Valid(raw) {
+		return "", ErrBadToken
+	}
+	id := string(raw)
+	if plainToken.MatchString(id) {
+		return "", ErrBadToken
+	}
+	return id, nil
+}
+
+// RPCSubject returns the subject of a session's requests.
+func RPCSubject(session string) string { return RPCPrefix + SubjectToken(session) }
+
+// EventsSubject returns the subject of a session's notifications.
+func EventsSubject(session string) string {
+	return EventsPrefix + SubjectToken(session) + EventsSuffix
+}
+
+// SessionInbox returns the inbox prefix of a session credential.
+func SessionInbox(session string) string { return InboxPrefix + SubjectToken(session) }
