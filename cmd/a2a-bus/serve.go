@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"sync"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/internal/connfile"
+	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -18,6 +23,11 @@ import (
 // serveOptions are serve's settings, from flags and the config file.
 type serveOptions struct {
 	bus                string
+	listen             string
+	allowRemote        bool
+	natsURL            string
+	natsCreds          string
+	connectionFile     string
 	maxTasksPerContext int
 	maxMessageBytes    int
 	replayWindow       int
@@ -30,6 +40,11 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bus, "bus", "nats", "the bus: nats or pipe")
+	fs.StringVar(&o.listen, "listen", "", "NATS: the address for clients in other processes (default 127.0.0.1 and a free port)")
+	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen address off loopback")
+	fs.StringVar(&o.natsURL, "nats-url", "", "NATS: use this server or cluster instead of embedding one")
+	fs.StringVar(&o.natsCreds, "nats-creds", "", "NATS: a credentials file for --nats-url")
+	fs.StringVar(&o.connectionFile, "connection-file", "", "NATS: where to write how to connect (default $XDG_RUNTIME_DIR/a2a-bus/connection.json)")
 	fs.IntVar(&o.maxTasksPerContext, "max-tasks-per-context", broker.DefaultMaxTasksPerContext, "open tasks a session may have requested")
 	fs.IntVar(&o.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes, "the largest message, on every bus")
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
@@ -42,7 +57,12 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 Runs the broker until SIGINT or SIGTERM (or, with --bus=pipe, the end of
 its stdin), then exits 0. Logs go to stderr.
 
+With NATS (the default) the broker embeds a NATS server on 127.0.0.1,
+writes a connection file ({"url", "token", "pid"}, mode 0600) and prints
+its path as the first line on stderr.
+
 Examples:
+  a2a-bus serve                     # embedded NATS on loopback
   a2a-bus serve --bus=pipe          # JSON-RPC lines on stdin/stdout
   a2a-bus serve --config a2a.json   # {"bus": "pipe", "max-tasks-per-context": 64}
 
@@ -54,6 +74,10 @@ Flags:
 }
 
 func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// The first line on stderr is the connection file's path: logs wait
+	// behind a gate until it is printed.
+	gate := &gateWriter{w: stderr}
+	defer gate.open()
 	var o serveOptions
 	fs := serveFlags(&o, stderr)
 	if err := parseFlags(fs, args, &o.config); err != nil {
@@ -65,11 +89,16 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := o.validate(); err != nil {
 		return report(stderr, "serve", err)
 	}
-	log, err := newLogger(stderr, o.logLevel)
+	logOut := io.Writer(gate)
+	if o.bus == "pipe" {
+		gate.open() // no path line on the pipe
+	}
+	log, err := newLogger(logOut, o.logLevel)
 	if err != nil {
 		return report(stderr, "serve", err)
 	}
-	if err := serve(ctx, o, log); err != nil {
+	if err := serve(ctx, o, log, gate); err != nil {
+		gate.open()
 		return report(stderr, "serve", err)
 	}
 	return exitOK
@@ -93,6 +122,12 @@ func (o *serveOptions) validate() error {
 	if o.orphanTimeout < 0 {
 		return usageErrorf("--orphan-timeout: must not be negative")
 	}
+	if o.natsCreds != "" && o.natsURL == "" {
+		return usageErrorf("--nats-creds: needs --nats-url")
+	}
+	if o.natsURL != "" && (o.listen != "" || o.allowRemote) {
+		return usageErrorf("--listen and --allow-remote configure the embedded server; --nats-url uses another")
+	}
 	return nil
 }
 
@@ -111,14 +146,91 @@ func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Con
 	}
 }
 
-func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
+func serve(ctx context.Context, o serveOptions, log *slog.Logger, gate *gateWriter) error {
 	st := store.NewMemory()
 	defer st.Close()
-	switch o.bus {
-	case "pipe":
+	if o.bus == "pipe" {
 		return servePipe(ctx, o, st, log)
-	default:
-		return fmt.Errorf("--bus=%s is not available in this build", o.bus)
+	}
+	return serveNATS(ctx, o, st, log, gate)
+}
+
+func serveNATS(ctx context.Context, o serveOptions, st store.Store, log *slog.Logger, gate *gateWriter) error {
+	path := o.connectionFile
+	if path == "" {
+		p, err := connfile.DefaultPath()
+		if err != nil {
+			return err
+		}
+		path = p
+	}
+	claim, err := connfile.Lock(path)
+	if err != nil {
+		return err
+	}
+	defer claim.Release()
+	bus, err := natsbus.New(natsbus.Config{
+		URL:             o.natsURL,
+		CredsFile:       o.natsCreds,
+		Server:          natsbus.ServerConfig{Listen: o.listen, AllowRemote: o.allowRemote},
+		MaxMessageBytes: o.maxMessageBytes,
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	defer bus.Close()
+	info := connfile.Info{URL: bus.URL(), PID: os.Getpid()}
+	if srv := bus.Server(); srv != nil {
+		info.Token = srv.Token()
+	}
+	if err := claim.Write(info); err != nil {
+		return err
+	}
+	b, err := broker.New(bus, o.brokerConfig(st, log))
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	fmt.Fprintln(gate.w, path)
+	gate.open()
+	log.Info("serving on NATS", "url", bus.URL(), "connectionFile", path, "embedded", bus.Server() != nil)
+	<-ctx.Done()
+	log.Info("signal received: shutting down")
+	bus.Close()
+	b.Close()
+	if err := claim.Release(); err != nil {
+		log.Warn("removing the connection file failed", "error", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// gateWriter holds what is written until it opens.
+type gateWriter struct {
+	w      io.Writer
+	mu     sync.Mutex
+	opened bool
+	held   bytes.Buffer
+}
+
+func (g *gateWriter) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.opened {
+		return g.held.Write(p)
+	}
+	return g.w.Write(p)
+}
+
+// open lets writes through, the held ones first. Idempotent.
+func (g *gateWriter) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.opened {
+		g.opened = true
+		g.w.Write(g.held.Bytes())
+		g.held.Reset()
 	}
 }
 

@@ -1,0 +1,131 @@
+package main_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/a2a-bus/a2a-bus/internal/testbin"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+}
+
+// broker is a running `a2a-bus serve` child.
+type broker struct {
+	cmd      *exec.Cmd
+	path     string // the connection file, from stderr's first line
+	stderr   *bufio.Reader
+	conn     connection
+	waitDone chan error
+}
+
+type connection struct {
+	URL   string `json:"url"`
+	Token string `json:"token"`
+	PID   int    `json:"pid"`
+}
+
+func startServe(t *testing.T, args ...string) *broker {
+	t.Helper()
+	cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir())
+	errPipe, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	b := &broker{cmd: cmd, stderr: bufio.NewReader(errPipe), waitDone: make(chan error, 1)}
+	first, err := b.stderr.ReadString('\n')
+	require.NoError(t, err, "the first line on stderr")
+	b.path = strings.TrimSpace(first)
+	require.True(t, filepath.IsAbs(b.path), "the first line is the connection file's path alone: %q", first)
+	data, err := os.ReadFile(b.path)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &b.conn))
+	// Keep reading stderr so the child never blocks on it.
+	go io.Copy(io.Discard, b.stderr)
+	go func() { b.waitDone <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGKILL)
+		<-b.waitDone
+	})
+	return b
+}
+
+func (b *broker) stop(t *testing.T, sig syscall.Signal) error {
+	t.Helper()
+	require.NoError(t, b.cmd.Process.Signal(sig))
+	select {
+	case err := <-b.waitDone:
+		b.waitDone <- err
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("the broker did not exit")
+		return nil
+	}
+}
+
+func TestServeNATSConnectionFileAndCleanExit(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			b := startServe(t)
+			st, err := os.Stat(b.path)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+			dir, err := os.Stat(filepath.Dir(b.path))
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o700), dir.Mode().Perm())
+			assert.Equal(t, b.cmd.Process.Pid, b.conn.PID)
+			assert.Regexp(t, `^nats://127\.0\.0\.1:\d+$`, b.conn.URL)
+			assert.Regexp(t, `^[0-9a-f]{64}$`, b.conn.Token)
+
+			require.NoError(t, b.stop(t, sig), "exit status 0")
+			_, err = os.Stat(b.path)
+			assert.ErrorIs(t, err, os.ErrNotExist, "the connection file is removed")
+		})
+	}
+}
+
+func TestSecondBrokerRefusesToStart(t *testing.T) {
+	b := startServe(t)
+	cmd := exec.Command(testbin.A2ABus(t), "serve", "--connection-file", b.path)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 1, exit.ExitCode())
+	assert.Contains(t, string(out), "already running")
+	assert.Equal(t, 1, strings.Count(string(out), "\n"), "one line: %q", out)
+	// The first broker's file is untouched.
+	data, err := os.ReadFile(b.path)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), b.conn.Token)
+}
+
+func TestStaleConnectionFileIsReplaced(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "conn.json")
+	// A broker that died without cleaning up: no process, no listener.
+	require.NoError(t, os.WriteFile(path, []byte(`{"url":"nats://127.0.0.1:1","token":"00","pid":999999999}`), 0o600))
+	b := startServe(t, "--connection-file", path)
+	assert.Equal(t, path, b.path)
+	assert.NotEqual(t, "00", b.conn.Token)
+	require.NoError(t, b.stop(t, syscall.SIGTERM))
+}
+
+func TestNonLoopbackListenIsRefused(t *testing.T) {
+	out, err := exec.Command(testbin.A2ABus(t), "serve", "--listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")).CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Contains(t, string(out), "not loopback")
+}
