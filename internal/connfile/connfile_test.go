@@ -78,4 +78,3 @@ func TestStaleFileIsReplacedLiveOneRefused(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
