@@ -1,0 +1,305 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// DefaultPollInterval is how often a waiting Feed asks the broker for
+// events it may have missed, so that even a lost last event is found.
+const DefaultPollInterval = 2 * time.Second
+
+// FeedConfig configures a Feed. The zero value is the default.
+type FeedConfig struct {
+	// PollInterval is how often Next, while it waits, replays to find a
+	// lost event. 0 means DefaultPollInterval.
+	PollInterval time.Duration
+	// Logger receives the feed's logs. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Item is what Feed.Next returns: an event, or a reset.
+type Item struct {
+	// Event is the next notification for the session, in seq order.
+	Event *wire.Event
+	// Reset, when set, says that events may have been lost for good: the
+	// broker restarted (a new epoch: registrations are gone too), or
+	// replay no longer holds what was missed. Whoever consumes the feed
+	// re-reads its state (re-registers, lists its tasks).
+	Reset *Reset
+}
+
+// Reset describes a break in the feed.
+type Reset struct {
+	// Epoch is the broker's current epoch.
+	Epoch string
+	// NewEpoch is true when the broker restarted.
+	NewEpoch bool
+	// Reason says what happened, for logs.
+	Reason string
+}
+
+// Feed turns one session's subscription into the session's notifications
+// in seq order without gaps: it replays what the bus lost (a seq gap, a
+// slow receiver's drops, a lost subscription, a lost last event found by
+// polling), and says when that is not possible. It is not safe for
+// concurrent use: one goroutine calls Next.
+type Feed struct {
+	cfg     FeedConfig
+	log     *slog.Logger
+	sess    transport.Session
+	sub     transport.Subscription
+	dropped uint64 // sub.Dropped() last seen
+
+	epoch string
+	next  uint64 // the next seq expected
+	queue []Item
+
+	replayed, resets uint64
+}
+
+// ErrFeedClosed is returned by Next once the session is closed.
+var ErrFeedClosed = errors.New("runtime: the session's feed is closed")
+
+// NewFeed subscribes to the session and learns where its notifications
+// stand, so that Next returns only what comes after.
+func NewFeed(ctx context.Context, sess transport.Session, cfg FeedConfig) (*Feed, error) {
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	f := &Feed{cfg: cfg, log: cfg.Logger, sess: sess}
+	sub, err := sess.Subscribe(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.sub = sub
+	if err := f.sync(ctx); err != nil {
+		sub.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// Close ends the subscription.
+func (f *Feed) Close() error { return f.sub.Close() }
+
+// Epoch returns the broker epoch the feed follows.
+func (f *Feed) Epoch() string { return f.epoch }
+
+// sync learns the current epoch and last seq: nothing before is wanted.
+func (f *Feed) sync(ctx context.Context) error {
+	_, err := f.replay(ctx, "", 0)
+	var we *wire.Error
+	if !errors.As(err, &we) || !errors.Is(err, wire.ErrReplayGap) || we.Data == nil {
+		if err == nil {
+			err = errors.New("the broker accepted an empty epoch")
+		}
+		return fmt.Errorf("runtime: learn the broker's epoch: %w", err)
+	}
+	epoch := we.Data.Epoch
+	res, err := f.replay(ctx, epoch, math.MaxUint64)
+	if err != nil {
+		return fmt.Errorf("runtime: learn the session's last seq: %w", err)
+	}
+	f.epoch, f.next = epoch, res.LastSeq+1
+	return nil
+}
+
+func (f *Feed) replay(ctx context.Context, epoch string, after uint64) (*wire.ReplayResult, error) {
+	raw, err := f.sess.Call(ctx, wire.MethodReplay, wire.ReplayParams{ContextID: f.sess.ID(), Epoch: &epoch, AfterSeq: &after})
+	if err != nil {
+		return nil, err
+	}
+	var res wire.ReplayResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("runtime: bad replay result: %w", err)
+	}
+	return &res, nil
+}
+
+// Next returns the session's next event, or a Reset. While it waits it
+// polls the broker every PollInterval. It returns ctx's error when ctx
+// ends, and ErrFeedClosed once the session is closed.
+func (f *Feed) Next(ctx context.Context) (Item, error) {
+	poll := time.NewTimer(f.cfg.PollInterval)
+	defer poll.Stop()
+	for len(f.queue) == 0 {
+		if d := f.sub.Dropped(); d != f.dropped {
+			// The receiver fell behind: fetch what was dropped now.
+			f.dropped = d
+			if err := f.catchUp(ctx, "the subscription dropped events"); err != nil {
+				return Item{}, err
+			}
+			continue
+		}
+		select {
+		case raw, ok := <-f.sub.C():
+			if !ok {
+				if err := f.resubscribe(ctx); err != nil {
+					return Item{}, err
+				}
+				continue
+			}
+			if err := f.take(ctx, raw); err != nil {
+				return Item{}, err
+			}
+		case <-poll.C:
+			if err := f.catchUp(ctx, ""); err != nil {
+				return Item{}, err
+			}
+			poll.Reset(f.cfg.PollInterval)
+		case <-ctx.Done():
+			return Item{}, ctx.Err()
+		}
+	}
+	it := f.queue[0]
+	f.queue[0] = Item{}
+	f.queue = f.queue[1:]
+	return it, nil
+}
+
+// take handles one notification from the subscription.
+func (f *Feed) take(ctx context.Context, raw []byte) error {
+	ev, err := wire.DecodeEvent(raw)
+	if err != nil {
+		f.log.Warn("undecodable notification skipped", "error", err)
+		return nil
+	}
+	h := ev.Head()
+	session := h.RecipientContextID
+	if session == "" {
+		session = h.ContextID
+	}
+	if session != f.sess.ID() {
+		return nil // not ours (a bus that broadcasts)
+	}
+	if h.Epoch != f.epoch {
+		// The broker restarted: what came before is gone with it.
+		f.queue = append(f.queue, Item{Reset: &Reset{Epoch: h.Epoch, NewEpoch: true, Reason: "the broker restarted"}})
+		f.resets++
+		f.epoch, f.next = h.Epoch, 1
+	}
+	switch {
+	case h.Seq < f.next:
+		return nil // already delivered (a replay got there first)
+	case h.Seq > f.next:
+		if err := f.catchUp(ctx, "a gap in seq"); err != nil {
+			return err
+		}
+		if h.Seq < f.next {
+			return nil
+		}
+		if h.Seq > f.next {
+			// Replay could not fill it: lost for good.
+			f.queue = append(f.queue, Item{Reset: &Reset{Epoch: f.epoch, Reason: fmt.Sprintf("events %d to %d are lost", f.next, h.Seq-1)}})
+			f.resets++
+		}
+	}
+	f.queue = append(f.queue, Item{Event: ev})
+	f.next = h.Seq + 1
+	return nil
+}
+
+// catchUp replays everything after the last delivered seq. A gap that
+// replay cannot fill becomes a Reset, after which the feed follows the
+// broker from what it still holds.
+func (f *Feed) catchUp(ctx context.Context, why string) error {
+	for attempt := 0; ; attempt++ {
+		res, err := f.replay(ctx, f.epoch, f.next-1)
+		var we *wire.Error
+		switch {
+		case err == nil:
+			f.enqueue(res.Events, why)
+			return nil
+		case errors.As(err, &we) && errors.Is(err, wire.ErrReplayGap) && we.Data != nil && attempt < 3:
+			newEpoch := we.Data.Epoch != f.epoch
+			reason := "events were lost beyond the replay window"
+			if newEpoch {
+				reason = "the broker restarted"
+			}
+			if why != "" {
+				reason = why + ": " + reason
+			}
+			f.queue = append(f.queue, Item{Reset: &Reset{Epoch: we.Data.Epoch, NewEpoch: newEpoch, Reason: reason}})
+			f.resets++
+			f.epoch, f.next = we.Data.Epoch, max(we.Data.OldestSeq, 1)
+			if newEpoch {
+				f.next = 1
+			}
+			why = ""
+			// Take what the broker still holds from there on.
+		case errors.Is(err, transport.ErrClosed):
+			return ErrFeedClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		default:
+			// The broker is out of reach for now; the next poll retries.
+			f.log.Debug("replay failed; will retry", "error", err)
+			return nil
+		}
+	}
+}
+
+func (f *Feed) enqueue(events []json.RawMessage, why string) {
+	n := 0
+	for _, raw := range events {
+		ev, err := wire.DecodeEvent(raw)
+		if err != nil {
+			continue
+		}
+		if h := ev.Head(); h.Seq >= f.next {
+			f.queue = append(f.queue, Item{Event: ev})
+			f.next = h.Seq + 1
+			n++
+		}
+	}
+	f.replayed += uint64(n)
+	if n > 0 {
+		f.log.Debug("replayed missed events", "why", why, "count", n)
+	}
+}
+
+// FeedStats counts what a Feed recovered.
+type FeedStats struct {
+	// Replayed counts events fetched by replay rather than received.
+	Replayed uint64
+	// Resets counts the Resets returned.
+	Resets uint64
+}
+
+// Stats returns what the feed has recovered so far.
+func (f *Feed) Stats() FeedStats { return FeedStats{Replayed: f.replayed, Resets: f.resets} }
+
+// resubscribe replaces a subscription that ended (a lost connection),
+// then replays what passed meanwhile.
+func (f *Feed) resubscribe(ctx context.Context) error {
+	backoff := 50 * time.Millisecond
+	for {
+		sub, err := f.sess.Subscribe(ctx)
+		if err == nil {
+			f.sub, f.dropped = sub, 0
+			return f.catchUp(ctx, "resubscribed")
+		}
+		if errors.Is(err, transport.ErrClosed) {
+			return ErrFeedClosed
+		}
+		f.log.Debug("resubscribe failed; retrying", "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+}

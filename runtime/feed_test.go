@@ -1,0 +1,202 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/natsbus"
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// pusher registers an agent in one session and pushes numbered messages
+// to a target agent.
+type pusher struct {
+	sess  transport.Session
+	token string
+}
+
+func registerRaw(t *testing.T, c transport.Client, session, name string) (transport.Session, string) {
+	t.Helper()
+	s, err := c.Session(ctxT(t), session)
+	require.NoError(t, err)
+	res, err := s.Call(ctxT(t), wire.MethodRegister, wire.RegisterParams{ContextID: session, Card: &wire.AgentCard{Name: name}})
+	require.NoError(t, err)
+	var r wire.RegisterResult
+	require.NoError(t, json.Unmarshal(res, &r))
+	return s, r.Token
+}
+
+func (p pusher) push(t *testing.T, to string, n int) {
+	t.Helper()
+	_, err := p.sess.Call(ctxT(t), wire.MethodSend, map[string]any{
+		"token": p.token, "to": to, "oneway": true,
+		"message": map[string]any{"parts": []any{map[string]any{"kind": "text", "text": fmt.Sprint(n)}}},
+	})
+	require.NoError(t, err)
+}
+
+func pushedNumber(t *testing.T, it runtime.Item) string {
+	t.Helper()
+	require.Nil(t, it.Reset, "unexpected reset: %+v", it.Reset)
+	require.NotNil(t, it.Event)
+	require.NotNil(t, it.Event.Push)
+	return *it.Event.Push.Message.Parts[0].Text
+}
+
+type feedEnv struct {
+	bus    *fakebus.Bus
+	feed   *runtime.Feed
+	pusher pusher
+}
+
+func newFeedEnv(t *testing.T, bcfg broker.Config, fcfg fakebus.Config, poll time.Duration) *feedEnv {
+	t.Helper()
+	bus := fakebus.New(fcfg)
+	bcfg.Logger = quiet()
+	b, err := broker.New(bus, bcfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { bus.Close(); b.Close() })
+	sess, _ := registerRaw(t, bus, "s1", "a")
+	other, token := registerRaw(t, bus, "s2", "b")
+	// An event before the feed starts is not the feed's business.
+	pusher{other, token}.push(t, "a", -1)
+	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: poll, Logger: quiet()})
+	require.NoError(t, err)
+	t.Cleanup(func() { feed.Close() })
+	return &feedEnv{bus: bus, feed: feed, pusher: pusher{other, token}}
+}
+
+func TestFeedDeliversInOrderFromWhereItStarts(t *testing.T) {
+	e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, time.Hour)
+	for i := range 5 {
+		e.pusher.push(t, "a", i)
+	}
+	for i := range 5 {
+		it, err := e.feed.Next(ctxT(t))
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprint(i), pushedNumber(t, it))
+	}
+	assert.Zero(t, e.feed.Stats().Replayed)
+}
+
+func TestFeedFillsAGapByReplay(t *testing.T) {
+	e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, time.Hour)
+	e.pusher.push(t, "a", 0)
+	e.bus.Disconnect("s1")
+	e.pusher.push(t, "a", 1)
+	e.pusher.push(t, "a", 2)
+	e.bus.Connect("s1")
+	e.pusher.push(t, "a", 3)
+	for i := range 4 {
+		it, err := e.feed.Next(ctxT(t))
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprint(i), pushedNumber(t, it))
+	}
+	assert.GreaterOrEqual(t, e.feed.Stats().Replayed, uint64(2), "1 and 2 can only have come by replay")
+}
+
+func TestFeedRecoversWhatASlowReceiverDropped(t *testing.T) {
+	e := newFeedEnv(t, broker.Config{}, fakebus.Config{Buffer: 4}, time.Hour)
+	const n = 100
+	for i := range n {
+		e.pusher.push(t, "a", i)
+	}
+	for i := range n {
+		it, err := e.feed.Next(ctxT(t))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint(i), pushedNumber(t, it))
+	}
+	assert.Positive(t, e.feed.Stats().Replayed)
+}
+
+func TestFeedFindsALostLastEventByPolling(t *testing.T) {
+	e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, 20*time.Millisecond)
+	e.bus.Disconnect("s1")
+	e.pusher.push(t, "a", 7)
+	e.bus.Connect("s1")
+	it, err := e.feed.Next(ctxT(t))
+	require.NoError(t, err)
+	assert.Equal(t, "7", pushedNumber(t, it))
+}
+
+func TestFeedResetsWhenReplayCannotFill(t *testing.T) {
+	e := newFeedEnv(t, broker.Config{ReplayWindow: 3}, fakebus.Config{}, time.Hour)
+	e.bus.Disconnect("s1")
+	for i := range 10 {
+		e.pusher.push(t, "a", i)
+	}
+	e.bus.Connect("s1")
+	e.pusher.push(t, "a", 10)
+	it, err := e.feed.Next(ctxT(t))
+	require.NoError(t, err)
+	require.NotNil(t, it.Reset, "events 0 to 7 are gone: the consumer must re-read")
+	assert.False(t, it.Reset.NewEpoch)
+	// Then what the broker still holds, in order.
+	for _, want := range []string{"8", "9", "10"} {
+		it, err := e.feed.Next(ctxT(t))
+		require.NoError(t, err)
+		assert.Equal(t, want, pushedNumber(t, it))
+	}
+}
+
+func TestFeedEndsWithItsSession(t *testing.T) {
+	e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, 10*time.Millisecond)
+	e.bus.Close()
+	_, err := e.feed.Next(ctxT(t))
+	assert.ErrorIs(t, err, runtime.ErrFeedClosed)
+}
+
+// TestFeedOverNATSWithATinyBuffer: a NATS subscriber that holds only 4
+// notifications falls far behind; the feed still delivers every event,
+// in order, by replay.
+func TestFeedOverNATSWithATinyBuffer(t *testing.T) {
+	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+	require.NoError(t, err)
+	b, err := broker.New(bus, broker.Config{Logger: quiet()})
+	require.NoError(t, err)
+	t.Cleanup(func() { bus.Close(); b.Close() })
+	slow, err := bus.Connect(natsbus.ClientConfig{Buffer: 4})
+	require.NoError(t, err)
+	fast, err := bus.Connect(natsbus.ClientConfig{})
+	require.NoError(t, err)
+	sess, _ := registerRaw(t, slow, "s1", "a")
+	other, token := registerRaw(t, fast, "s2", "b")
+	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: time.Hour, Logger: quiet()})
+	require.NoError(t, err)
+	defer feed.Close()
+	const n = 300
+	p := pusher{other, token}
+	for i := range n {
+		p.push(t, "a", i)
+	}
+	for i := range n {
+		it, err := feed.Next(ctxT(t))
+		require.NoError(t, err)
+		require.Equal(t, fmt.Sprint(i), pushedNumber(t, it))
+	}
+	assert.Positive(t, feed.Stats().Replayed, "the tiny buffer dropped events, and replay brought them back")
+	assert.Zero(t, feed.Stats().Resets)
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
