@@ -103,7 +103,11 @@ func New(cfg Config) (*Bus, error) {
 	} else {
 		b.url = cfg.URL
 		opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { b.log.Warn("nats: disconnected", "error", err) }),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+				if err != nil {
+					b.log.Warn("nats: disconnected", "error", err)
+				}
+			}),
 			nats.ReconnectHandler(func(*nats.Conn) { b.log.Info("nats: reconnected") }))
 		if cfg.CredsFile != "" {
 			opts = append(opts, nats.UserCredentials(cfg.CredsFile))

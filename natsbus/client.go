@@ -44,6 +44,10 @@ type ClientConfig struct {
 	inProcess nats.InProcessConnProvider
 }
 
+// flushTimeout bounds Subscribe's wait for the server when its context
+// has no deadline.
+const flushTimeout = 10 * time.Second
+
 // ErrWrongSession is returned by Client.Session for a session other than
 // the one a session credential belongs to.
 var ErrWrongSession = errors.New("natsbus: the credential belongs to another session")
@@ -115,7 +119,9 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		c.endSubscriptions()
 	}))
 	opts = append(opts, nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-		c.log.Warn("nats: disconnected", "error", err)
+		if err != nil {
+			c.log.Warn("nats: disconnected", "error", err)
+		}
 		c.linkLost()
 	}))
 	opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) {
@@ -278,6 +284,12 @@ func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error)
 		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
 	}
 	// Once the server has the interest, every later publish reaches it.
+	// (nats.go wants a deadline for the flush.)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+	}
 	if err := s.c.nc.FlushWithContext(ctx); err != nil {
 		_ = ns.Unsubscribe()
 		if ctx.Err() != nil {

@@ -108,6 +108,16 @@ func (b *Bus) Connect(session string) {
 	delete(b.down, session)
 }
 
+// Unserve takes the broker away, as if its process died: calls fail with
+// transport.ErrUnavailable until a handler (a restarted broker) is served
+// again with Serve. Handler calls already running finish first.
+func (b *Bus) Unserve() {
+	b.mu.Lock()
+	b.handler = nil
+	b.mu.Unlock()
+	b.running.Wait()
+}
+
 // Subscribers returns the number of live subscriptions of session.
 func (b *Bus) Subscribers(session string) int { return b.subs.Count(session) }
 
