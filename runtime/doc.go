@@ -1,7 +1,41 @@
-// Package runtime is what a host runs once per chat session: it gives the
-// session's delegates their A2A handle and keeps everything about them
-// straight, whichever bus is below.
+// Package runtime is what a host runs once per chat session (the ADR's
+// per-session runtime): it gives the session's delegates their A2A handle
+// and keeps everything about them straight, whichever bus is below.
 //
-// Feed turns a session's subscription into the session's notifications
-// in seq order without gaps, replaying what the bus lost.
+// A Runtime belongs to the session's parent, which spawns delegates with
+// it but has no A2A handle of its own: nothing on a Runtime sends a
+// message. Each Delegate is one delegate's handle: Peers, Send, Push,
+// Reply, Task, Tasks, Update, Cancel, Wait and Settle. A delegate cannot
+// spawn a delegate (ErrNestedDelegation).
+//
+// # Names
+//
+// Spawn registers the delegate's card. The broker makes names unique on
+// the host, so a delegate that asked to be discussant may be discussant-2:
+// ID returns the assigned id and Prompt a sentence that tells the
+// delegate so. Each delegate also gets a stable instance id, under which it
+// registers again after a broker restart and keeps access to its tasks.
+//
+// # What a delegate sees
+//
+// Wait returns, one at a time and in the order the broker numbered them:
+//
+//   - task events (created, message, status) of tasks the delegate is a
+//     member of, and pushes addressed to it; never an event of another
+//     session or of another delegate, even on a bus that broadcasts;
+//   - a Resync, after a break the runtime could not bridge by replay: the
+//     broker restarted (the delegate was registered again, and RenamedFrom
+//     says if its id changed), events were lost beyond the replay window,
+//     or the delegate's wait queue overflowed. Resync.Changed holds the
+//     delegate's tasks that changed meanwhile, read fresh from the broker;
+//     pushes sent during the break may be lost.
+//
+// A break the runtime can bridge is invisible: a seq gap, a slow
+// subscriber's drops, a lost subscription and a lost last event (found by
+// polling every few seconds while a delegate waits) are all replayed, so
+// a waiting delegate wakes with what it waits for. After Settle every
+// call, and a Wait in progress, returns ErrSettled.
+//
+// Feed, which turns a session's subscription into its notifications in
+// seq order without gaps, is usable on its own.
 package runtime

@@ -22,6 +22,10 @@ type FeedConfig struct {
 	// PollInterval is how often Next, while it waits, replays to find a
 	// lost event. 0 means DefaultPollInterval.
 	PollInterval time.Duration
+	// ShouldPoll, when set, is asked at each poll whether anyone waits
+	// for an event; when nobody does, the poll is skipped, so that idle
+	// sessions cost the broker nothing.
+	ShouldPoll func() bool
 	// Logger receives the feed's logs. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -155,8 +159,10 @@ func (f *Feed) Next(ctx context.Context) (Item, error) {
 				return Item{}, err
 			}
 		case <-poll.C:
-			if err := f.catchUp(ctx, ""); err != nil {
-				return Item{}, err
+			if f.cfg.ShouldPoll == nil || f.cfg.ShouldPoll() {
+				if err := f.catchUp(ctx, ""); err != nil {
+					return Item{}, err
+				}
 			}
 			poll.Reset(f.cfg.PollInterval)
 		case <-ctx.Done():

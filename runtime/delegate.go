@@ -1,0 +1,395 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// settleTimeout bounds the deregistration of delegates when a runtime
+// closes.
+const settleTimeout = 5 * time.Second
+
+// Event is what a delegate's Wait returns: exactly one of Task, Push and
+// Resync.
+type Event struct {
+	// Task is an a2a.task.event: a task the delegate is a member of was
+	// created, got a message, or changed state.
+	Task *wire.TaskEvent
+	// Push is a oneway message to the delegate.
+	Push *wire.Push
+	// Resync says that the runtime lost track of events for a while (the
+	// broker restarted, events were lost beyond replay, or the wait queue
+	// overflowed) and re-read the delegate's tasks.
+	Resync *Resync
+}
+
+// Resync is what a delegate sees after a break: the tasks that changed
+// while it could not hear of them, read fresh from the broker.
+type Resync struct {
+	// Reason says what happened.
+	Reason string
+	// Changed holds the delegate's tasks that changed since it last heard
+	// of them, or that it did not know: compare their status with what it
+	// was waiting for. Pushes sent meanwhile may be lost; tasks are not.
+	Changed []*wire.Task
+	// RenamedFrom is the delegate's previous agentId when registering
+	// again (after a broker restart) gave it a new one; "" otherwise.
+	RenamedFrom string
+}
+
+// Delegate is one delegate's A2A handle. Its methods are safe for
+// concurrent use.
+type Delegate struct {
+	r        *Runtime
+	instance string
+	asked    string // the name it asked for
+
+	mu    sync.Mutex
+	id    string // the agentId the broker assigned
+	token string
+	card  wire.AgentCard
+	err   error                // why the delegate stopped (settled, closed)
+	dead  chan struct{}        // closed when err is set
+	known map[string]wire.Time // task id -> updatedAt last heard of
+
+	qmu           sync.Mutex
+	queue         []Event
+	overflow      bool
+	pendingRename string // the old agentId, for the next Resync
+	wake          chan struct{}
+}
+
+// ID returns the delegate's peer id: the agentId the broker assigned,
+// which may differ from the name it asked for.
+func (d *Delegate) ID() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.id
+}
+
+// InstanceID returns the delegate's stable instance id.
+func (d *Delegate) InstanceID() string { return d.instance }
+
+// SessionID returns the session the delegate belongs to.
+func (d *Delegate) SessionID() string { return d.r.sess.ID() }
+
+// Card returns the delegate's card as the broker registered it.
+func (d *Delegate) Card() wire.AgentCard {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.card
+}
+
+// Prompt returns the sentence that tells the delegate who it is on the
+// bus, for its system prompt.
+func (d *Delegate) Prompt() string {
+	id := d.ID()
+	if id != d.asked {
+		return fmt.Sprintf("Your A2A peer id is %s (%s was taken on this host). Your session is %s.", id, d.asked, d.SessionID())
+	}
+	return fmt.Sprintf("Your A2A peer id is %s. Your session is %s.", id, d.SessionID())
+}
+
+// register registers (again) under the delegate's instance id and adopts
+// what the broker assigns.
+func (d *Delegate) register(ctx context.Context) error {
+	d.mu.Lock()
+	card := d.card
+	oldID := d.id
+	d.mu.Unlock()
+	card.Name = d.asked
+	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
+	var res wire.RegisterResult
+	if err := d.r.call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: d.r.sess.ID(), Card: &card, InstanceID: d.instance}, &res); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.id, d.token, d.card = res.AgentID, res.Token, res.Card
+	d.mu.Unlock()
+	if oldID != "" && oldID != res.AgentID {
+		d.r.rename(d, oldID, res.AgentID)
+		d.renamedFrom(oldID)
+	}
+	return nil
+}
+
+func (d *Delegate) renamedFrom(old string) {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	d.pendingRename = old
+}
+
+// Spawn always fails with ErrNestedDelegation: delegates do not spawn.
+func (d *Delegate) Spawn(context.Context, wire.AgentCard) (*Delegate, error) {
+	return nil, ErrNestedDelegation
+}
+
+// credentials returns the token, or why the delegate cannot act.
+func (d *Delegate) credentials() (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return "", d.err
+	}
+	return d.token, nil
+}
+
+// heard records what the delegate now knows of a task.
+func (d *Delegate) heard(t *wire.Task) {
+	if t == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.known[t.ID] = t.UpdatedAt
+}
+
+// do runs one call with the delegate's token. A token the broker no
+// longer knows means that the broker restarted (it keeps no
+// registrations): the delegate registers again by instance id and the
+// call is tried once more.
+func (d *Delegate) do(ctx context.Context, call func(token string) error) error {
+	token, err := d.credentials()
+	if err != nil {
+		return err
+	}
+	err = call(token)
+	if !errors.Is(err, wire.ErrUnauthorized) {
+		return err
+	}
+	if rerr := d.register(ctx); rerr != nil {
+		return err
+	}
+	if token, err = d.credentials(); err != nil {
+		return err
+	}
+	return call(token)
+}
+
+func (d *Delegate) taskCall(ctx context.Context, method string, params map[string]any) (*wire.Task, error) {
+	var res wire.TaskResult
+	err := d.do(ctx, func(token string) error {
+		params["token"] = token
+		return d.r.call(ctx, method, params, &res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.heard(res.Task)
+	return res.Task, nil
+}
+
+// Peers lists every other live agent on the host, each with its session.
+func (d *Delegate) Peers(ctx context.Context) ([]wire.AgentCard, error) {
+	var res wire.ListAgentsResult
+	err := d.do(ctx, func(token string) error {
+		return d.r.call(ctx, wire.MethodListAgents, wire.TokenParams{Token: token}, &res)
+	})
+	return res.Agents, err
+}
+
+// Send creates a task for a peer. to names it; "" lets the broker choose
+// the single peer of this session, else the single peer of the others.
+func (d *Delegate) Send(ctx context.Context, to string, msg wire.Message, metadata map[string]any) (*wire.Task, error) {
+	p := map[string]any{"message": msg}
+	if to != "" {
+		p["to"] = to
+	}
+	if metadata != nil {
+		p["metadata"] = metadata
+	}
+	return d.taskCall(ctx, wire.MethodSend, p)
+}
+
+// Push sends a oneway message (no task); it returns the recipient's id.
+func (d *Delegate) Push(ctx context.Context, to string, msg wire.Message) (string, error) {
+	p := map[string]any{"message": msg, "oneway": true}
+	if to != "" {
+		p["to"] = to
+	}
+	var res wire.SendResult
+	err := d.do(ctx, func(token string) error {
+		p["token"] = token
+		return d.r.call(ctx, wire.MethodSend, p, &res)
+	})
+	return res.Delivered, err
+}
+
+// Reply adds a message to an open task the delegate is a member of.
+func (d *Delegate) Reply(ctx context.Context, taskID string, msg wire.Message) (*wire.Task, error) {
+	return d.taskCall(ctx, wire.MethodSend, map[string]any{"taskId": taskID, "message": msg})
+}
+
+// Task reads a task the delegate is a member of.
+func (d *Delegate) Task(ctx context.Context, taskID string) (*wire.Task, error) {
+	return d.taskCall(ctx, wire.MethodGetTask, map[string]any{"taskId": taskID})
+}
+
+// Tasks lists the delegate's tasks; state and role ("requester",
+// "assignee") may be empty.
+func (d *Delegate) Tasks(ctx context.Context, state wire.State, role wire.ListRole) ([]*wire.Task, error) {
+	var res wire.ListTasksResult
+	err := d.do(ctx, func(token string) error {
+		return d.r.call(ctx, wire.MethodListTasks, wire.ListTasksParams{Token: token, State: state, Role: role}, &res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range res.Tasks {
+		d.heard(t)
+	}
+	return res.Tasks, nil
+}
+
+// Update moves a task assigned to the delegate to a new state, with an
+// optional message and artifacts.
+func (d *Delegate) Update(ctx context.Context, taskID string, state wire.State, msg *wire.Message, artifacts ...wire.Artifact) (*wire.Task, error) {
+	p := map[string]any{"taskId": taskID, "state": state}
+	if msg != nil {
+		p["message"] = msg
+	}
+	if len(artifacts) > 0 {
+		p["artifacts"] = artifacts
+	}
+	return d.taskCall(ctx, wire.MethodUpdateTask, p)
+}
+
+// Cancel cancels a task the delegate requested.
+func (d *Delegate) Cancel(ctx context.Context, taskID string) (*wire.Task, error) {
+	return d.taskCall(ctx, wire.MethodCancelTask, map[string]any{"taskId": taskID})
+}
+
+// Settle deregisters the delegate: its open tasks are closed (failed if
+// assigned to it, canceled if it requested them), and every later call,
+// and a Wait in progress, returns ErrSettled.
+func (d *Delegate) Settle(ctx context.Context) error {
+	token, err := d.credentials()
+	if err != nil {
+		return err
+	}
+	callErr := d.r.call(ctx, wire.MethodDeregister, wire.TokenParams{Token: token}, nil)
+	if callErr != nil && !errors.Is(callErr, wire.ErrUnauthorized) {
+		return callErr // still registered: it may try again
+	}
+	d.fail(ErrSettled)
+	d.r.forget(d)
+	return nil
+}
+
+// fail stops the delegate for good.
+func (d *Delegate) fail(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err == nil {
+		d.err = err
+		close(d.dead)
+	}
+}
+
+func (d *Delegate) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// deliver queues an event; past the queue's size the delegate is marked
+// to resync instead.
+func (d *Delegate) deliver(ev Event, size int) {
+	if ev.Task != nil {
+		d.heard(ev.Task.Task)
+	}
+	d.qmu.Lock()
+	if len(d.queue) >= size {
+		d.overflow = true
+	} else {
+		d.queue = append(d.queue, ev)
+	}
+	d.qmu.Unlock()
+	d.signal()
+}
+
+// resync re-reads the delegate's tasks and queues what changed.
+func (d *Delegate) resync(ctx context.Context, reason string) {
+	token, err := d.credentials()
+	if err != nil {
+		return
+	}
+	var res wire.ListTasksResult
+	if err := d.r.call(ctx, wire.MethodListTasks, wire.ListTasksParams{Token: token}, &res); err != nil {
+		d.r.log.Warn("re-reading a delegate's tasks failed", "delegate", d.ID(), "error", err)
+		return
+	}
+	var changed []*wire.Task
+	d.mu.Lock()
+	for _, t := range res.Tasks {
+		if at, ok := d.known[t.ID]; !ok || !at.Equal(t.UpdatedAt.Time) {
+			changed = append(changed, t)
+			d.known[t.ID] = t.UpdatedAt
+		}
+	}
+	d.mu.Unlock()
+	d.qmu.Lock()
+	rename := d.pendingRename
+	d.pendingRename = ""
+	d.overflow = false
+	d.queue = append(d.queue, Event{Resync: &Resync{Reason: reason, Changed: changed, RenamedFrom: rename}})
+	d.qmu.Unlock()
+	d.signal()
+}
+
+// Wait returns the delegate's next event: a task event or push addressed
+// to it (never another session's, never another delegate's), or a Resync
+// after a break. It blocks until one comes, ctx ends, or the delegate
+// settles (ErrSettled) or its runtime closes (ErrClosed).
+func (d *Delegate) Wait(ctx context.Context) (Event, error) {
+	d.r.mu.Lock()
+	d.r.waiting++
+	d.r.mu.Unlock()
+	defer func() {
+		d.r.mu.Lock()
+		d.r.waiting--
+		d.r.mu.Unlock()
+	}()
+	for {
+		d.qmu.Lock()
+		overflow := d.overflow
+		if !overflow && len(d.queue) > 0 {
+			ev := d.queue[0]
+			d.queue[0] = Event{}
+			d.queue = d.queue[1:]
+			more := len(d.queue) > 0
+			d.qmu.Unlock()
+			if more {
+				d.signal() // another waiter may take the next one
+			}
+			return ev, nil
+		}
+		d.qmu.Unlock()
+		if overflow {
+			// Events were dropped: what is queued is incomplete. Re-read.
+			d.qmu.Lock()
+			d.queue = nil
+			d.qmu.Unlock()
+			d.resync(ctx, "the wait queue overflowed")
+			continue
+		}
+		d.mu.Lock()
+		err := d.err
+		d.mu.Unlock()
+		if err != nil {
+			return Event{}, err
+		}
+		select {
+		case <-d.wake:
+		case <-d.dead:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,250 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// Named errors.
+var (
+	// ErrSettled is returned by a Delegate's methods after Settle, and by
+	// a Wait pending when it settled.
+	ErrSettled = errors.New("runtime: the delegate has settled")
+	// ErrNestedDelegation is returned by Delegate.Spawn: a delegate
+	// cannot spawn a delegate (ADR 0162).
+	ErrNestedDelegation = errors.New("runtime: a delegate cannot spawn a delegate")
+	// ErrClosed is returned after the Runtime is closed.
+	ErrClosed = errors.New("runtime: closed")
+)
+
+// DefaultQueue is how many events a delegate's wait queue holds.
+const DefaultQueue = 4096
+
+// Config configures a Runtime. The zero value is the default.
+type Config struct {
+	// Feed configures the session's event feed.
+	Feed FeedConfig
+	// Queue is how many events a delegate's wait queue holds; past it,
+	// events are dropped and the delegate gets a Resync instead (it
+	// re-reads its tasks). 0 means DefaultQueue.
+	Queue int
+	// Logger receives the runtime's logs. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is one chat session's A2A runtime: what the session's parent
+// uses to spawn delegates. The parent itself has no A2A handle: a Runtime
+// has no method that sends A2A messages, so a parent cannot address a
+// delegate or a peer. Each Delegate is the handle of one delegate.
+type Runtime struct {
+	cfg  Config
+	log  *slog.Logger
+	sess transport.Session
+	feed *Feed
+
+	ctx    context.Context // canceled by Close; the pump runs under it
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the pump has stopped
+
+	mu        sync.Mutex
+	closed    bool
+	byID      map[string]*Delegate // by current agentId
+	delegates map[*Delegate]struct{}
+	waiting   int // delegates blocked in Wait
+}
+
+// New starts a runtime for the session sess (the session side of a bus).
+// The runtime owns sess: Close closes it.
+func New(ctx context.Context, sess transport.Session, cfg Config) (*Runtime, error) {
+	if cfg.Queue <= 0 {
+		cfg.Queue = DefaultQueue
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Runtime{cfg: cfg, log: cfg.Logger.With("session", sess.ID()), sess: sess, done: make(chan struct{}),
+		byID: map[string]*Delegate{}, delegates: map[*Delegate]struct{}{}}
+	fcfg := cfg.Feed
+	if fcfg.Logger == nil {
+		fcfg.Logger = r.log
+	}
+	if fcfg.ShouldPoll == nil {
+		fcfg.ShouldPoll = r.anyoneWaiting
+	}
+	feed, err := NewFeed(ctx, sess, fcfg)
+	if err != nil {
+		return nil, err
+	}
+	r.feed = feed
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	go r.pump()
+	return r, nil
+}
+
+// SessionID returns the session's id.
+func (r *Runtime) SessionID() string { return r.sess.ID() }
+
+func (r *Runtime) anyoneWaiting() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.waiting > 0
+}
+
+// pump hands each of the session's events to the wait queue of its
+// recipient, and turns a break in the feed into a resync.
+func (r *Runtime) pump() {
+	defer close(r.done)
+	for {
+		it, err := r.feed.Next(r.ctx)
+		if err != nil {
+			if r.ctx.Err() == nil {
+				r.log.Warn("the session's feed ended", "error", err)
+				r.failAll(err)
+			}
+			return
+		}
+		if it.Reset != nil {
+			r.resync(it.Reset)
+			continue
+		}
+		head := it.Event.Head()
+		r.mu.Lock()
+		d := r.byID[head.Recipient]
+		r.mu.Unlock()
+		if d == nil {
+			r.log.Debug("event for no delegate of this session", "recipient", head.Recipient)
+			continue
+		}
+		d.deliver(Event{Task: it.Event.TaskEvent, Push: it.Event.Push}, r.cfg.Queue)
+	}
+}
+
+// resync brings every delegate back in line after a break: on a new epoch
+// it registers them again by instance id (the broker lost them), then
+// each re-reads its tasks and is told what changed.
+func (r *Runtime) resync(reset *Reset) {
+	r.log.Info("resyncing the session's delegates", "reason", reset.Reason, "newEpoch", reset.NewEpoch)
+	for _, d := range r.live() {
+		if reset.NewEpoch {
+			if err := d.register(r.ctx); err != nil {
+				r.log.Warn("re-registering a delegate failed", "delegate", d.ID(), "error", err)
+			}
+		}
+		d.resync(r.ctx, reset.Reason)
+	}
+}
+
+func (r *Runtime) live() []*Delegate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Delegate, 0, len(r.delegates))
+	for d := range r.delegates {
+		out = append(out, d)
+	}
+	return out
+}
+
+func (r *Runtime) failAll(err error) {
+	for _, d := range r.live() {
+		d.fail(err)
+	}
+}
+
+// Spawn registers a new delegate from its card. The broker makes the
+// name unique on the host (discussant, then discussant-2): the delegate
+// adopts the assigned id, which ID and Prompt tell it. A stable instance
+// id is made for it.
+func (r *Runtime) Spawn(ctx context.Context, card wire.AgentCard) (*Delegate, error) {
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
+	d := &Delegate{r: r, instance: uuid.NewString(), asked: card.Name, card: card, known: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	if err := d.register(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		go d.Settle(context.Background()) //nolint:errcheck // best effort; the runtime is gone
+		return nil, ErrClosed
+	}
+	r.delegates[d] = struct{}{}
+	r.byID[d.ID()] = d
+	return d, nil
+}
+
+// rename moves a delegate's routing entry to its new agentId.
+func (r *Runtime) rename(d *Delegate, oldID, newID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byID[oldID] == d {
+		delete(r.byID, oldID)
+	}
+	if _, live := r.delegates[d]; live {
+		r.byID[newID] = d
+	}
+}
+
+func (r *Runtime) forget(d *Delegate) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.delegates, d)
+	if r.byID[d.ID()] == d {
+		delete(r.byID, d.ID())
+	}
+}
+
+// Delegates returns the live delegates.
+func (r *Runtime) Delegates() []*Delegate { return r.live() }
+
+// Close settles every live delegate (deregistering it), stops the event
+// pump and closes the session. Idempotent.
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+	defer cancel()
+	for _, d := range r.live() {
+		if err := d.Settle(ctx); err != nil && !errors.Is(err, ErrSettled) {
+			r.log.Debug("settling a delegate at close failed", "delegate", d.ID(), "error", err)
+		}
+	}
+	r.cancel()
+	<-r.done
+	r.feed.Close()
+	r.failAll(ErrClosed)
+	return r.sess.Close()
+}
+
+// call sends a request on the session.
+func (r *Runtime) call(ctx context.Context, method string, params, result any) error {
+	raw, err := r.sess.Call(ctx, method, params)
+	if err != nil {
+		return err
+	}
+	if result == nil {
+		return nil
+	}
+	if err := json.Unmarshal(raw, result); err != nil {
+		return fmt.Errorf("runtime: bad %s result: %w", method, err)
+	}
+	return nil
+}
