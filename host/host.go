@@ -1,0 +1,240 @@
+// Package host is where a host application picks its bus by config and
+// gets a runtime per chat session: the one place that knows every bus.
+//
+//	h, err := host.Open(ctx, host.Config{Bus: host.NATS})
+//	...
+//	defer h.Close()
+//	rt, err := h.Session(ctx, "chat-1")
+//	d, err := rt.Spawn(ctx, wire.AgentCard{Name: "discussant"})
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/internal/connfile"
+	"github.com/a2a-bus/a2a-bus/natsbus"
+	"github.com/a2a-bus/a2a-bus/pipebus"
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+)
+
+// BusKind names a bus. The zero value is invalid: a host says which bus
+// it wants (ParseBus maps "" to NATS, the default).
+type BusKind uint8
+
+// The buses.
+const (
+	_ BusKind = iota
+	// NATS is the default: an embedded NATS server (or a running broker's).
+	NATS
+	// Pipe runs the broker as a child process and talks JSON-RPC lines
+	// over its stdio.
+	Pipe
+	// Fake is the in-memory bus, for tests.
+	Fake
+)
+
+// String returns the bus's config name.
+func (k BusKind) String() string {
+	switch k {
+	case NATS:
+		return "nats"
+	case Pipe:
+		return "pipe"
+	case Fake:
+		return "fake"
+	}
+	return fmt.Sprintf("BusKind(%d)", uint8(k))
+}
+
+// ErrUnknownBus is returned by ParseBus and Open for a bus that does not
+// exist.
+var ErrUnknownBus = errors.New("host: unknown bus")
+
+// ParseBus reads a bus name from config: "nats" (or "", the default),
+// "pipe" or "fake".
+func ParseBus(s string) (BusKind, error) {
+	switch strings.ToLower(s) {
+	case "", "nats":
+		return NATS, nil
+	case "pipe":
+		return Pipe, nil
+	case "fake":
+		return Fake, nil
+	}
+	return 0, fmt.Errorf("%w %q (want nats or pipe)", ErrUnknownBus, s)
+}
+
+// Config configures a host's connection to the broker.
+type Config struct {
+	// Bus selects the bus; it must be set (see ParseBus).
+	Bus BusKind
+	// ConnectionFile, with NATS, connects to the running broker that
+	// wrote it (a2a-bus serve). "" runs the broker in this process, on an
+	// embedded NATS server.
+	ConnectionFile string
+	// BrokerCommand, with Pipe, is the broker to start as a child, which
+	// must speak the pipe on its stdio. nil means a2a-bus serve --bus=pipe
+	// from PATH.
+	BrokerCommand []string
+	// Broker configures the broker when it runs in this process (NATS
+	// without a connection file, Fake).
+	Broker broker.Config
+	// Runtime configures each session's runtime.
+	Runtime runtime.Config
+	// Logger receives the host's logs. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Host is a host's connection to the broker.
+type Host struct {
+	cfg     Config
+	client  transport.Client
+	desc    string
+	closers []func() error // in reverse order of creation
+}
+
+// Open connects to the broker, starting it first when it is to run in
+// this process or as a child.
+func Open(ctx context.Context, cfg Config) (*Host, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Broker.Logger == nil {
+		cfg.Broker.Logger = cfg.Logger
+	}
+	if cfg.Runtime.Logger == nil {
+		cfg.Runtime.Logger = cfg.Logger
+	}
+	h := &Host{cfg: cfg}
+	var err error
+	switch cfg.Bus {
+	case NATS:
+		if cfg.ConnectionFile != "" {
+			err = h.dialNATS(cfg.ConnectionFile)
+		} else {
+			err = h.embedNATS()
+		}
+	case Pipe:
+		err = h.startPipe()
+	case Fake:
+		err = h.fake()
+	default:
+		err = fmt.Errorf("%w: %v", ErrUnknownBus, cfg.Bus)
+	}
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Host) embedNATS() error {
+	bus, err := natsbus.New(natsbus.Config{MaxMessageBytes: h.cfg.Broker.MaxMessageBytes, Logger: h.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, bus.Close)
+	b, err := broker.New(bus, h.cfg.Broker)
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, b.Close)
+	c, err := bus.Connect(natsbus.ClientConfig{})
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, c.Close)
+	h.client = c
+	h.desc = "nats (embedded server " + bus.URL() + ", in-process connections)"
+	return nil
+}
+
+func (h *Host) dialNATS(path string) error {
+	info, err := connfile.Read(path)
+	if err != nil {
+		return fmt.Errorf("host: %w", err)
+	}
+	if info.Token == "" {
+		return fmt.Errorf("host: %s holds no token (the broker uses an external NATS server; connect with natsbus.Dial)", path)
+	}
+	c, err := natsbus.Dial(natsbus.ClientConfig{URL: info.URL, Token: info.Token, Logger: h.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, c.Close)
+	h.client = c
+	h.desc = "nats (broker pid " + fmt.Sprint(info.PID) + " at " + info.URL + ")"
+	return nil
+}
+
+func (h *Host) startPipe() error {
+	argv := h.cfg.BrokerCommand
+	if len(argv) == 0 {
+		argv = []string{"a2a-bus", "serve", "--bus=pipe"}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stderr = os.Stderr
+	child, err := pipebus.Start(cmd, pipebus.ClientConfig{MaxMessageBytes: h.cfg.Broker.MaxMessageBytes, Logger: h.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, child.Close)
+	h.client = child
+	h.desc = fmt.Sprintf("pipe (broker child pid %d: %s)", child.Pid(), strings.Join(argv, " "))
+	return nil
+}
+
+func (h *Host) fake() error {
+	bus := fakebus.New(fakebus.Config{})
+	h.closers = append(h.closers, bus.Close)
+	b, err := broker.New(bus, h.cfg.Broker)
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, b.Close)
+	h.client = bus
+	h.desc = "fake (in memory)"
+	return nil
+}
+
+// Describe says which bus the host uses and where the broker runs.
+func (h *Host) Describe() string { return h.desc }
+
+// Client returns the session side of the bus, for hosts that want it
+// without a runtime.
+func (h *Host) Client() transport.Client { return h.client }
+
+// Session starts the runtime of one chat session. Close the runtime when
+// the session ends.
+func (h *Host) Session(ctx context.Context, id string) (*runtime.Runtime, error) {
+	sess, err := h.client.Session(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := runtime.New(ctx, sess, h.cfg.Runtime)
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	return rt, nil
+}
+
+// Close releases the connection, and stops the broker if the host
+// started it. Idempotent.
+func (h *Host) Close() error {
+	var errs []error
+	for i := len(h.closers) - 1; i >= 0; i-- {
+		errs = append(errs, h.closers[i]())
+	}
+	h.closers = nil
+	return errors.Join(errs...)
+}
