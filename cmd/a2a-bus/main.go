@@ -1,6 +1,7 @@
 // Command a2a-bus runs the host-wide A2A broker and its tools.
 //
 //	a2a-bus serve [flags]   run the broker (NATS by default, or --bus=pipe)
+//	a2a-bus demo [--bus]    run the cross-session round trip and show it
 //	a2a-bus help [command]  show help
 //
 // Logs go to stderr; with --bus=pipe, stdout carries only the protocol.
@@ -38,6 +39,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the broker", runServe},
+		{"demo", "run the cross-session round trip and show it", runDemo},
 	}
 }
 

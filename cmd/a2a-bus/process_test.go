@@ -129,3 +129,31 @@ func TestNonLoopbackListenIsRefused(t *testing.T) {
 	require.ErrorAs(t, err, &exit)
 	assert.Contains(t, string(out), "not loopback")
 }
+
+func TestDemo(t *testing.T) {
+	for _, args := range [][]string{{"demo"}, {"demo", "--bus", "pipe"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			cmd := exec.Command(testbin.A2ABus(t), args...)
+			cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir(), "XDG_STATE_HOME="+t.TempDir())
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			require.NoError(t, err, "exit 0; stderr: %s", stderr.String())
+			s := string(out)
+			assert.Contains(t, s, "Your A2A peer id is discussant-2 (discussant was taken on this host)")
+			assert.Contains(t, s, "discussant discovers discussant-2 in session chat-2")
+			assert.Contains(t, s, "discussant-2 wakes: task")
+			assert.Contains(t, s, `completed: "Agreed: seat 2 is mine."`)
+			assert.Contains(t, s, "delegates settled")
+			assert.Regexp(t, `round trip, send to the requester's wake-up: \d+\.\d+ ms`, s)
+			assert.Empty(t, stderr.String(), "nothing to warn about")
+		})
+	}
+	t.Run("bad bus", func(t *testing.T) {
+		out, err := exec.Command(testbin.A2ABus(t), "demo", "--bus", "fake").CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit)
+		assert.Equal(t, 2, exit.ExitCode())
+		assert.Contains(t, string(out), "--bus")
+	})
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/host"
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	busName := fs.String("bus", "nats", "the bus: nats (an embedded server) or pipe (the broker as a child process)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: a2a-bus demo [--bus nats|pipe]
+
+Runs ADR 0162's cross-session round trip and prints it: two chat sessions
+each spawn a delegate named discussant (the second becomes discussant-2),
+they find each other across sessions, one hands the other a task, and the
+answer wakes it. The broker runs in memory and writes nothing.
+
+Examples:
+  a2a-bus demo              # on an embedded NATS server
+  a2a-bus demo --bus pipe   # the broker as a child process on a pipe
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return report(stderr, "demo", err)
+	}
+	kind, err := host.ParseBus(*busName)
+	if err != nil || kind == host.Fake {
+		return report(stderr, "demo", usageErrorf("--bus: %q is not nats or pipe", *busName))
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := host.Config{Bus: kind, Logger: log}
+	if kind == host.Pipe {
+		self, err := os.Executable()
+		if err != nil {
+			return report(stderr, "demo", err)
+		}
+		cfg.BrokerCommand = []string{self, "serve", "--bus=pipe", "--log-level=warn"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := demo(ctx, cfg, stdout); err != nil {
+		return report(stderr, "demo", err)
+	}
+	return exitOK
+}
+
+// transcript prints numbered, timed lines.
+type transcript struct {
+	w     io.Writer
+	start time.Time
+}
+
+func (t *transcript) say(who, format string, args ...any) {
+	ms := float64(time.Since(t.start).Microseconds()) / 1000
+	fmt.Fprintf(t.w, "  %8.2f ms  %-7s %s\n", ms, who, fmt.Sprintf(format, args...))
+}
+
+func text(m *wire.Message) string {
+	if m == nil {
+		return ""
+	}
+	var parts []string
+	for _, p := range m.Parts {
+		if p.Text != nil {
+			parts = append(parts, *p.Text)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func demo(ctx context.Context, cfg host.Config, out io.Writer) error {
+	h, err := host.Open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	fmt.Fprintf(out, "a2a-bus demo: ADR 0162 cross-session round trip on %s\n\n", h.Describe())
+	tr := &transcript{w: out, start: time.Now()}
+
+	rt1, err := h.Session(ctx, "chat-1")
+	if err != nil {
+		return err
+	}
+	defer rt1.Close()
+	rt2, err := h.Session(ctx, "chat-2")
+	if err != nil {
+		return err
+	}
+	defer rt2.Close()
+	card := wire.AgentCard{Name: "discussant", Description: "takes a seat at the roundtable"}
+	d1, err := rt1.Spawn(ctx, card)
+	if err != nil {
+		return err
+	}
+	tr.say("chat-1", "spawned %q: %s", card.Name, d1.Prompt())
+	d2, err := rt2.Spawn(ctx, card)
+	if err != nil {
+		return err
+	}
+	tr.say("chat-2", "spawned %q: %s", card.Name, d2.Prompt())
+
+	peers, err := d1.Peers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range peers {
+		tr.say("chat-1", "%s discovers %s in session %s", d1.ID(), p.AgentID, p.ContextID)
+	}
+
+	sent := time.Now()
+	task, err := d1.Send(ctx, "", wire.Message{Parts: []wire.Part{wire.TextPart("Shall we share the roundtable? I take seat 1.")}}, nil)
+	if err != nil {
+		return err
+	}
+	tr.say("chat-1", "%s sends, without naming a peer, task %s to %s: %q", d1.ID(), short(task.ID), task.AgentName, text(&task.History[0]))
+
+	ev, err := d2.Wait(ctx)
+	if err != nil {
+		return err
+	}
+	if ev.Task == nil {
+		return fmt.Errorf("discussant-2 woke without its task: %+v", ev)
+	}
+	tr.say("chat-2", "%s wakes: task %s %s by %s of %s", d2.ID(), short(ev.Task.TaskID), ev.Task.Kind, ev.Task.Message.From, ev.Task.ContextID)
+	if _, err := d2.Update(ctx, ev.Task.TaskID, wire.StateWorking, nil); err != nil {
+		return err
+	}
+	tr.say("chat-2", "%s: working", d2.ID())
+	seats, err := wire.DataPart(map[string]int{"discussant": 1, "discussant-2": 2})
+	if err != nil {
+		return err
+	}
+	answer := &wire.Message{Parts: []wire.Part{wire.TextPart("Agreed: seat 2 is mine.")}}
+	if _, err := d2.Update(ctx, ev.Task.TaskID, wire.StateCompleted, answer, wire.Artifact{Name: "seats", Parts: []wire.Part{seats}}); err != nil {
+		return err
+	}
+	tr.say("chat-2", "%s: completed, with an artifact of the seats", d2.ID())
+
+	ev, err = waitTask(ctx, d1, task.ID)
+	if err != nil {
+		return err
+	}
+	roundTrip := time.Since(sent)
+	tr.say("chat-1", "%s wakes: task %s %s: %q", d1.ID(), short(ev.Task.TaskID), ev.Task.Task.Status.State, text(ev.Task.Message))
+
+	for _, d := range []*runtime.Delegate{d1, d2} {
+		if err := d.Settle(ctx); err != nil {
+			return err
+		}
+	}
+	tr.say("both", "delegates settled (deregistered)")
+	fmt.Fprintf(out, "\nround trip, send to the requester's wake-up: %.2f ms\n", float64(roundTrip.Microseconds())/1000)
+	return nil
+}
+
+// waitTask waits for the final event of a task.
+func waitTask(ctx context.Context, d *runtime.Delegate, id string) (runtime.Event, error) {
+	for {
+		ev, err := d.Wait(ctx)
+		if err != nil {
+			return ev, err
+		}
+		if ev.Task != nil && ev.Task.TaskID == id && ev.Task.Final {
+			return ev, nil
+		}
+	}
+}
+
+// short shows the end of a task id: its start is a timestamp, the same
+// for tasks made close together.
+func short(id string) string {
+	if len(id) > 8 {
+		return "…" + id[len(id)-8:]
+	}
+	return id
+}
