@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Memory is a Store in memory, for tests and for a broker that keeps
@@ -130,6 +131,56 @@ func (m *Memory) List(_ context.Context, q Query) ([]*Record, error) {
 	}
 	SortRecords(out)
 	return out, nil
+}
+
+// Prune implements Store.
+func (m *Memory) Prune(_ context.Context, r Retention, now time.Time) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, ErrClosed
+	}
+	var terminal []*Record
+	for _, rec := range m.tasks {
+		if rec.Task.Status.State.Terminal() {
+			terminal = append(terminal, rec)
+		}
+	}
+	doomed := PruneSet(terminal, r, now)
+	for _, rec := range doomed {
+		delete(m.tasks, rec.Task.ID)
+		for _, inst := range []string{rec.RequesterInstance, rec.AgentInstance} {
+			if s := m.byInstance[inst]; s != nil {
+				delete(s, rec.Task.ID)
+				if len(s) == 0 {
+					delete(m.byInstance, inst)
+				}
+			}
+		}
+	}
+	return len(doomed), nil
+}
+
+// PruneSet returns the records of terminal that r deletes: those older
+// than MaxAge, and the oldest beyond MaxTerminal. terminal is reordered.
+func PruneSet(terminal []*Record, r Retention, now time.Time) []*Record {
+	slices.SortFunc(terminal, func(a, b *Record) int {
+		if c := a.Task.UpdatedAt.Compare(b.Task.UpdatedAt.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Task.ID, b.Task.ID)
+	})
+	n := 0
+	if r.MaxAge > 0 {
+		cutoff := now.Add(-r.MaxAge)
+		for n < len(terminal) && terminal[n].Task.UpdatedAt.Before(cutoff) {
+			n++
+		}
+	}
+	if r.MaxTerminal > 0 && len(terminal)-n > r.MaxTerminal {
+		n = len(terminal) - r.MaxTerminal
+	}
+	return terminal[:n]
 }
 
 // Close implements Store.

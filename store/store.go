@@ -11,6 +11,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -87,6 +88,21 @@ type Store interface {
 	// id).
 	List(ctx context.Context, q Query) ([]*Record, error)
 
+	// Prune deletes terminal tasks beyond the retention, oldest (by
+	// UpdatedAt) first, and returns how many it deleted. It never deletes
+	// an open task.
+	Prune(ctx context.Context, r Retention, now time.Time) (int, error)
+
 	// Close releases the store. Idempotent.
 	Close() error
+}
+
+// Retention bounds the terminal tasks a store keeps; open tasks are kept
+// whatever it says. Zero fields set no bound.
+type Retention struct {
+	// MaxAge deletes terminal tasks last updated longer ago than this.
+	MaxAge time.Duration
+	// MaxTerminal keeps at most this many terminal tasks, the most
+	// recently updated.
+	MaxTerminal int
 }

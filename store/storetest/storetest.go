@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ListSelectsByInstanceRoleAndState", testList},
 		{"ListIsOldestFirst", testListOrder},
 		{"ReturnedRecordsAreCopies", testCopies},
+		{"PruneKeepsOpenTasksAndTheNewestTerminal", testPrune},
 		{"CloseIsIdempotentAndEndsUse", testClose},
 	}
 	for _, tc := range tests {
@@ -284,4 +286,81 @@ func testClose(t *testing.T, s store.Store) {
 	assert.ErrorIs(t, err, store.ErrClosed)
 	_, err = s.Update(ctx(), "t1", func(*store.Record) error { return nil })
 	assert.ErrorIs(t, err, store.ErrClosed)
+}
+
+func testPrune(t *testing.T, s store.Store) {
+	// Ten tasks, updated a minute apart; the even ones end.
+	for i := range 10 {
+		rec := NewRecord(fmt.Sprint("t", i), "c1", "a", "b", i)
+		require.NoError(t, s.Create(ctx(), rec, 0))
+		if i%2 == 0 {
+			_, err := s.Update(ctx(), rec.Task.ID, func(r *store.Record) error {
+				r.Task.Status.State = wire.StateCompleted
+				r.Task.UpdatedAt = wire.NewTime(base.Add(time.Duration(i) * time.Minute))
+				return nil
+			})
+			require.NoError(t, err)
+		}
+	}
+	now := base.Add(10 * time.Minute)
+	n, err := s.Prune(ctx(), store.Retention{}, now)
+	require.NoError(t, err)
+	assert.Zero(t, n, "no bound, nothing pruned")
+	// Older than 5 minutes: t0, t2, t4 (updated at 0, 2, 4 min).
+	n, err = s.Prune(ctx(), store.Retention{MaxAge: 5*time.Minute + time.Second}, now)
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	// At most one terminal task: t6 goes, t8 stays.
+	n, err = s.Prune(ctx(), store.Retention{MaxTerminal: 1}, now)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	rs, err := s.List(ctx(), store.Query{})
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.Task.ID)
+	}
+	assert.Equal(t, []string{"t1", "t3", "t5", "t7", "t8", "t9"}, ids, "open tasks all stay")
+	rs, err = s.List(ctx(), store.Query{Instance: "a"})
+	require.NoError(t, err)
+	assert.Len(t, rs, 6, "the indexes forget pruned tasks")
+	_, err = s.Get(ctx(), "t6")
+	assert.ErrorIs(t, err, store.ErrNotFound)
+	// Everything terminal, even a zero bound on count, never touches open tasks.
+	n, err = s.Prune(ctx(), store.Retention{MaxAge: time.Nanosecond}, now.Add(time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	rs, err = s.List(ctx(), store.Query{OpenOnly: true})
+	require.NoError(t, err)
+	assert.Len(t, rs, 5)
+}
+
+// BenchmarkCreate measures task creations per second with the given
+// number of concurrent senders, each in its own session (so the cap does
+// not bind). newStore returns an empty store.
+func BenchmarkCreate(b *testing.B, newStore func(b *testing.B) store.Store, senders int) {
+	s := newStore(b)
+	defer s.Close()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range senders {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				rec := NewRecord(fmt.Sprint("t", i), fmt.Sprint("c", w), fmt.Sprint("r", w), "asg", int(i))
+				if err := s.Create(context.Background(), rec, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
 }

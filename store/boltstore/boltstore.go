@@ -1,0 +1,582 @@
+// Package boltstore is the durable task store: one bbolt file in the data
+// directory, ACID, fsync'd on every commit. A change is acknowledged only
+// once it is on disk; concurrent changes share one commit (group commit),
+// so throughput does not fall to one fsync per task.
+//
+// bbolt was chosen over hand-written files or SQLite: a single pure-Go
+// file with ACID transactions and a file lock, used by etcd for years.
+package boltstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/a2a-bus/a2a-bus/store"
+)
+
+// SchemaVersion is the version of the file layout this package writes.
+const SchemaVersion = 1
+
+// FileName is the name of the database file in the data directory.
+const FileName = "tasks.db"
+
+// Named errors of Open.
+var (
+	// ErrLocked: another running broker holds the data directory.
+	ErrLocked = errors.New("boltstore: the data directory is held by another running broker")
+	// ErrNewerSchema: the file was written by a newer version.
+	ErrNewerSchema = errors.New("boltstore: the data file is from a newer version")
+	// ErrCorrupt: the file is damaged.
+	ErrCorrupt = errors.New("boltstore: the data file is corrupt")
+)
+
+// Buckets. Keys of the index buckets end with the task id.
+var (
+	bMeta   = []byte("meta")    // "schema" -> version
+	bTasks  = []byte("tasks")   // id -> record JSON
+	bMember = []byte("member")  // instance \x00 role \x00 id -> state
+	bOpen   = []byte("open")    // id -> requester's session (open tasks)
+	bCount  = []byte("ctxopen") // session -> number of open tasks it requested (8 bytes)
+	bEnded  = []byte("ended")   // updatedAt ms (8 bytes) id -> nil (terminal tasks)
+)
+
+const (
+	roleRequester = 'r'
+	roleAssignee  = 'a'
+)
+
+// Options configures Open. The zero value is the default.
+type Options struct {
+	// LockTimeout is how long Open waits for another process to let go of
+	// the file. 0 means one second.
+	LockTimeout time.Duration
+	// MaxBatch bounds the changes that share one commit. 0 means 1000.
+	MaxBatch int
+}
+
+// Store is the durable store. It implements store.Store.
+type Store struct {
+	db  *bolt.DB
+	ops chan *op
+	max int
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the committer
+
+	closeOnce sync.Once
+}
+
+var _ store.Store = (*Store)(nil)
+
+// op is one change waiting for the committer. fn either fails without
+// writing anything, or writes and succeeds: so a failing change does not
+// spoil the others of its batch.
+type op struct {
+	fn   func(tx *bolt.Tx) error
+	done chan error
+}
+
+// Open opens (creating it if needed) the store in dir. A directory held by
+// another process, a file from a newer version and a corrupt file are
+// errors: the store never starts over silently.
+func Open(dir string, opts Options) (s *Store, err error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = time.Second
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 1000
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("boltstore: %w", err)
+	}
+	path := filepath.Join(dir, FileName)
+	// A damaged file can make bbolt panic rather than fail.
+	defer func() {
+		if r := recover(); r != nil {
+			s, err = nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, r)
+		}
+	}()
+	// NoFreelistSync: commits skip writing the freelist (fewer pages per
+	// fsync); Open rebuilds it by scanning, as etcd does.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	switch {
+	case errors.Is(err, bolterrors.ErrTimeout):
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+	case err != nil && isSystemError(err):
+		return nil, fmt.Errorf("boltstore: open %s: %w", path, err)
+	case err != nil:
+		// Invalid meta pages, checksums, a version mismatch, a file too
+		// small: the file is not a sound database.
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	if err := prepare(db, path); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s = &Store{db: db, ops: make(chan *op, opts.MaxBatch), max: opts.MaxBatch}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.commit()
+	return s, nil
+}
+
+// prepare checks the schema and the file's consistency, and creates the
+// buckets of a new file.
+func prepare(db *bolt.DB, path string) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bMeta)
+		if meta != nil {
+			v, err := strconv.Atoi(string(meta.Get([]byte("schema"))))
+			if err != nil {
+				return fmt.Errorf("%w: %s: no schema version", ErrCorrupt, path)
+			}
+			if v > SchemaVersion {
+				return fmt.Errorf("%w: %s has schema %d, this broker knows up to %d", ErrNewerSchema, path, v, SchemaVersion)
+			}
+			for err := range tx.Check() {
+				return fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+			}
+			for _, b := range [][]byte{bTasks, bMember, bOpen, bCount, bEnded} {
+				if tx.Bucket(b) == nil {
+					return fmt.Errorf("%w: %s: bucket %s missing", ErrCorrupt, path, b)
+				}
+			}
+			return nil
+		}
+		if tx.Bucket(bTasks) != nil {
+			return fmt.Errorf("%w: %s: tasks without a schema version", ErrCorrupt, path)
+		}
+		for _, b := range [][]byte{bMeta, bTasks, bMember, bOpen, bCount, bEnded} {
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bMeta).Put([]byte("schema"), []byte(strconv.Itoa(SchemaVersion)))
+	})
+}
+
+// linger bounds how long a commit waits for the senders of the previous
+// one to come back, so that they share it instead of splitting into
+// alternating half-size commits.
+const linger = 500 * time.Microsecond
+
+// commit runs the changes: everything queued when a commit starts shares
+// it, so concurrent senders pay one fsync together. A lone sender does not
+// wait for company; after a commit of n changes, the next waits (briefly)
+// for n.
+func (s *Store) commit() {
+	defer s.wg.Done()
+	batch := make([]*op, 0, s.max)
+	last := 1
+	timer := time.NewTimer(linger)
+	defer timer.Stop()
+	for {
+		select {
+		case o := <-s.ops:
+			batch = append(batch[:0], o)
+		case <-s.ctx.Done():
+			return
+		}
+	more:
+		for len(batch) < s.max {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break more
+			}
+		}
+		if len(batch) < last {
+			timer.Reset(linger)
+		wait:
+			for len(batch) < min(last, s.max) {
+				select {
+				case o := <-s.ops:
+					batch = append(batch, o)
+				case <-timer.C:
+					break wait
+				}
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		last = len(batch)
+		results := make([]error, len(batch))
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			for i, o := range batch {
+				results[i] = o.fn(tx)
+				if isWriteFailure(results[i]) {
+					return results[i]
+				}
+			}
+			return nil
+		})
+		for i, o := range batch {
+			if err != nil {
+				o.done <- fmt.Errorf("boltstore: commit: %w", err)
+			} else {
+				o.done <- results[i]
+			}
+		}
+	}
+}
+
+// isSystemError tells an error of the operating system (permissions,
+// space, ...) from bbolt's judgement of the file's content.
+func isSystemError(err error) bool {
+	var pe *os.PathError
+	var errno syscall.Errno
+	return errors.As(err, &pe) || errors.As(err, &errno)
+}
+
+// writeFailure marks an error of bbolt while writing: the transaction is
+// spoiled and must not commit.
+type writeFailure struct{ err error }
+
+func (w writeFailure) Error() string { return w.err.Error() }
+func (w writeFailure) Unwrap() error { return w.err }
+
+func isWriteFailure(err error) bool {
+	var w writeFailure
+	return errors.As(err, &w)
+}
+
+// run queues a change and waits until it is committed (on disk) or fails.
+func (s *Store) run(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	o := &op{fn: fn, done: make(chan error, 1)}
+	select {
+	case s.ops <- o:
+	case <-s.ctx.Done():
+		return store.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the change is committed or not whatever the caller
+	// does: wait for the answer so that an acknowledgement is never
+	// missed, unless the store closes under it.
+	select {
+	case err := <-o.done:
+		return err
+	case <-s.ctx.Done():
+		return store.ErrClosed
+	}
+}
+
+func (s *Store) view(fn func(tx *bolt.Tx) error) error {
+	if s.ctx.Err() != nil {
+		return store.ErrClosed
+	}
+	return s.db.View(fn)
+}
+
+// Create implements store.Store.
+func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("boltstore: encode task: %w", err)
+	}
+	id := []byte(rec.Task.ID)
+	open := rec.Task.Status.State.Open()
+	return s.run(ctx, func(tx *bolt.Tx) error {
+		tasks := tx.Bucket(bTasks)
+		if tasks.Get(id) != nil {
+			return store.ErrExists
+		}
+		count := tx.Bucket(bCount)
+		n := getCount(count, rec.Task.ContextID)
+		if open && maxOpen > 0 && n >= uint64(maxOpen) {
+			return store.ErrLimit
+		}
+		return writes(
+			tasks.Put(id, data),
+			indexRecord(tx, rec, nil),
+		)
+	})
+}
+
+// writes returns the first error of bbolt writes, marked as a write
+// failure.
+func writes(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return writeFailure{err}
+		}
+	}
+	return nil
+}
+
+func getCount(b *bolt.Bucket, session string) uint64 {
+	v := b.Get([]byte(session))
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+func putCount(b *bolt.Bucket, session string, n uint64) error {
+	if n == 0 {
+		return b.Delete([]byte(session))
+	}
+	var v [8]byte
+	binary.BigEndian.PutUint64(v[:], n)
+	return b.Put([]byte(session), v[:])
+}
+
+func memberKey(instance string, role byte, id string) []byte {
+	k := make([]byte, 0, len(instance)+len(id)+3)
+	k = append(k, instance...)
+	k = append(k, 0, role, 0)
+	return append(k, id...)
+}
+
+func endedKey(rec *store.Record) []byte {
+	k := make([]byte, 8, 8+len(rec.Task.ID))
+	binary.BigEndian.PutUint64(k, uint64(rec.Task.UpdatedAt.UnixMilli()))
+	return append(k, rec.Task.ID...)
+}
+
+// indexRecord brings the indexes from old (nil for a new task) to rec.
+func indexRecord(tx *bolt.Tx, rec, old *store.Record) error {
+	id := []byte(rec.Task.ID)
+	state := []byte(rec.Task.Status.State)
+	member := tx.Bucket(bMember)
+	if err := member.Put(memberKey(rec.RequesterInstance, roleRequester, rec.Task.ID), state); err != nil {
+		return err
+	}
+	if err := member.Put(memberKey(rec.AgentInstance, roleAssignee, rec.Task.ID), state); err != nil {
+		return err
+	}
+	wasOpen := old != nil && old.Task.Status.State.Open()
+	isOpen := rec.Task.Status.State.Open()
+	count := tx.Bucket(bCount)
+	n := getCount(count, rec.Task.ContextID)
+	switch {
+	case isOpen && !wasOpen:
+		if err := tx.Bucket(bOpen).Put(id, []byte(rec.Task.ContextID)); err != nil {
+			return err
+		}
+		if err := putCount(count, rec.Task.ContextID, n+1); err != nil {
+			return err
+		}
+	case !isOpen && wasOpen:
+		if err := tx.Bucket(bOpen).Delete(id); err != nil {
+			return err
+		}
+		if err := putCount(count, rec.Task.ContextID, n-min(n, 1)); err != nil {
+			return err
+		}
+	}
+	ended := tx.Bucket(bEnded)
+	if old != nil && !old.Task.Status.State.Open() {
+		if err := ended.Delete(endedKey(old)); err != nil {
+			return err
+		}
+	}
+	if !isOpen {
+		return ended.Put(endedKey(rec), nil)
+	}
+	return nil
+}
+
+func getRecord(tx *bolt.Tx, id []byte) (*store.Record, error) {
+	data := tx.Bucket(bTasks).Get(id)
+	if data == nil {
+		return nil, store.ErrNotFound
+	}
+	var rec store.Record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("%w: task %s: %v", ErrCorrupt, id, err)
+	}
+	return &rec, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(_ context.Context, id string) (*store.Record, error) {
+	var rec *store.Record
+	err := s.view(func(tx *bolt.Tx) error {
+		var err error
+		rec, err = getRecord(tx, []byte(id))
+		return err
+	})
+	return rec, err
+}
+
+// Update implements store.Store. fn runs inside the commit and may run
+// again if the commit is retried; it must only change the record.
+func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) error) (*store.Record, error) {
+	var out *store.Record
+	err := s.run(ctx, func(tx *bolt.Tx) error {
+		old, err := getRecord(tx, []byte(id))
+		if err != nil {
+			return err
+		}
+		rec := old.Clone()
+		if err := fn(rec); err != nil {
+			return err
+		}
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return fmt.Errorf("boltstore: encode task: %w", err)
+		}
+		if err := writes(tx.Bucket(bTasks).Put([]byte(id), data), indexRecord(tx, rec, old)); err != nil {
+			return err
+		}
+		out = rec
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// List implements store.Store, from the indexes: by member instance (with
+// the state kept in the index, so that only selected tasks are read), or
+// the open tasks; only a query of neither reads every task.
+func (s *Store) List(_ context.Context, q store.Query) ([]*store.Record, error) {
+	var out []*store.Record
+	err := s.view(func(tx *bolt.Tx) error {
+		load := func(id []byte) error {
+			rec, err := getRecord(tx, id)
+			if err != nil {
+				return err
+			}
+			if q.Matches(rec) {
+				out = append(out, rec)
+			}
+			return nil
+		}
+		switch {
+		case q.Instance != "":
+			prefix := append([]byte(q.Instance), 0)
+			c := tx.Bucket(bMember).Cursor()
+			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+				role, id := k[len(prefix)], k[len(prefix)+2:]
+				if (q.Role == store.Requester && role != roleRequester) || (q.Role == store.Assignee && role != roleAssignee) {
+					continue
+				}
+				if q.State != "" && string(v) != string(q.State) {
+					continue
+				}
+				if q.OpenOnly && !stateOpen(v) {
+					continue
+				}
+				if err := load(id); err != nil {
+					return err
+				}
+			}
+		case q.OpenOnly:
+			c := tx.Bucket(bOpen).Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				if err := load(k); err != nil {
+					return err
+				}
+			}
+		default:
+			c := tx.Bucket(bTasks).Cursor()
+			for k, _ := c.First(); k != nil; k, _ = c.Next() {
+				if err := load(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	store.SortRecords(out)
+	return out, nil
+}
+
+func stateOpen(v []byte) bool {
+	switch string(v) {
+	case "submitted", "working", "input-required":
+		return true
+	}
+	return false
+}
+
+// Prune implements store.Store, walking the terminal tasks oldest first.
+func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (int, error) {
+	var pruned int
+	err := s.run(ctx, func(tx *bolt.Tx) error {
+		ended := tx.Bucket(bEnded)
+		total := ended.Stats().KeyN
+		cutoff := uint64(0)
+		if r.MaxAge > 0 {
+			cutoff = uint64(now.Add(-r.MaxAge).UnixMilli())
+		}
+		var doomed [][]byte
+		c := ended.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			tooOld := r.MaxAge > 0 && binary.BigEndian.Uint64(k[:8]) < cutoff
+			tooMany := r.MaxTerminal > 0 && total-len(doomed) > r.MaxTerminal
+			if !tooOld && !tooMany {
+				break
+			}
+			doomed = append(doomed, bytes.Clone(k))
+		}
+		for _, k := range doomed {
+			id := k[8:]
+			rec, err := getRecord(tx, id)
+			if err != nil {
+				return err
+			}
+			if rec.Task.Status.State.Open() {
+				continue // never: an open task is not in this index
+			}
+			if err := writes(
+				ended.Delete(k),
+				tx.Bucket(bTasks).Delete(id),
+				tx.Bucket(bMember).Delete(memberKey(rec.RequesterInstance, roleRequester, rec.Task.ID)),
+				tx.Bucket(bMember).Delete(memberKey(rec.AgentInstance, roleAssignee, rec.Task.ID)),
+			); err != nil {
+				return err
+			}
+			pruned++
+		}
+		return nil
+	})
+	return pruned, err
+}
+
+// Close implements store.Store: it stops taking changes, fails those still
+// queued with store.ErrClosed, and closes the file. Idempotent.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		// Fail what was queued but never committed.
+		for {
+			select {
+			case o := <-s.ops:
+				o.done <- store.ErrClosed
+				continue
+			default:
+			}
+			break
+		}
+		err = s.db.Close()
+	})
+	return err
+}
