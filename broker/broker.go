@@ -22,7 +22,13 @@ const (
 	DefaultReplayWindow       = 10000
 	DefaultReplayBytes        = 16 << 20
 	DefaultOrphanTimeout      = 10 * time.Minute
+	// pruneEvery is how often the broker prunes terminal tasks.
+	pruneEvery = time.Minute
 )
+
+// DefaultRetention keeps terminal tasks for 30 days, and at most 100,000
+// of them.
+var DefaultRetention = store.Retention{MaxAge: 30 * 24 * time.Hour, MaxTerminal: 100000}
 
 // Config configures a Broker. The zero value is the default everywhere.
 type Config struct {
@@ -49,6 +55,10 @@ type Config struct {
 	// as if the member had deregistered. 0 means DefaultOrphanTimeout;
 	// negative disables it.
 	OrphanTimeout time.Duration
+	// Retention bounds the terminal tasks kept in the store; open tasks
+	// are always kept. The zero value means DefaultRetention; set a field
+	// negative to lift that bound.
+	Retention store.Retention
 	// Logger receives the broker's logs. nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock, for tests. nil means time.Now.
@@ -109,6 +119,11 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	if cfg.OrphanTimeout == 0 {
 		cfg.OrphanTimeout = DefaultOrphanTimeout
 	}
+	if cfg.Retention == (store.Retention{}) {
+		cfg.Retention = DefaultRetention
+	}
+	cfg.Retention.MaxAge = max(cfg.Retention.MaxAge, 0)
+	cfg.Retention.MaxTerminal = max(cfg.Retention.MaxTerminal, 0)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -148,6 +163,7 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	if err := b.startOrphanSweep(); err != nil {
 		return nil, err
 	}
+	b.startPruning()
 	if err := bus.Serve(b); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("broker: serve: %w", err)
@@ -156,10 +172,36 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// startPruning prunes terminal tasks beyond the retention, now and then
+// every pruneEvery, until Close.
+func (b *Broker) startPruning() {
+	if b.cfg.Retention == (store.Retention{}) {
+		return
+	}
+	b.wg.Go(func() {
+		tick := time.NewTicker(pruneEvery)
+		defer tick.Stop()
+		for {
+			n, err := b.store.Prune(b.ctx, b.cfg.Retention, b.cfg.Now())
+			switch {
+			case err != nil && b.ctx.Err() == nil:
+				b.log.Warn("pruning terminal tasks failed", "error", err)
+			case n > 0:
+				b.log.Info("pruned terminal tasks", "count", n)
+			}
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+}
+
 // Epoch returns the name of this broker run; it changes at every start.
 func (b *Broker) Epoch() string { return b.epoch }
 
-// Close stops the broker's own work (the orphan sweep). It neither closes
+// Close stops the broker's own work (the orphan sweep, pruning). It neither closes
 // the bus nor the store. Idempotent.
 func (b *Broker) Close() error {
 	b.cancel()

@@ -22,6 +22,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/store/boltstore"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 )
@@ -85,6 +86,11 @@ type Config struct {
 	// must speak the pipe on its stdio. nil means a2a-bus serve --bus=pipe
 	// from PATH.
 	BrokerCommand []string
+	// DataDir is where a broker this host starts keeps its durable task
+	// store: in this process (NATS without a connection file, Fake), or
+	// passed to a Pipe child that runs the default command. "" keeps
+	// tasks in memory. Ignored when Broker.Store is set.
+	DataDir string
 	// Broker configures the broker when it runs in this process (NATS
 	// without a connection file, Fake).
 	Broker broker.Config
@@ -92,6 +98,20 @@ type Config struct {
 	Runtime runtime.Config
 	// Logger receives the host's logs. nil means slog.Default().
 	Logger *slog.Logger
+}
+
+// store opens the store of an in-process broker.
+func (h *Host) store() error {
+	if h.cfg.Broker.Store != nil || h.cfg.DataDir == "" {
+		return nil
+	}
+	st, err := boltstore.Open(h.cfg.DataDir, boltstore.Options{})
+	if err != nil {
+		return err
+	}
+	h.closers = append(h.closers, st.Close)
+	h.cfg.Broker.Store = st
+	return nil
 }
 
 // Host is a host's connection to the broker.
@@ -138,6 +158,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 }
 
 func (h *Host) embedNATS() error {
+	if err := h.store(); err != nil {
+		return err
+	}
 	bus, err := natsbus.New(natsbus.Config{MaxMessageBytes: h.cfg.Broker.MaxMessageBytes, Logger: h.cfg.Logger})
 	if err != nil {
 		return err
@@ -179,7 +202,7 @@ func (h *Host) dialNATS(path string) error {
 func (h *Host) startPipe() error {
 	argv := h.cfg.BrokerCommand
 	if len(argv) == 0 {
-		argv = []string{"a2a-bus", "serve", "--bus=pipe"}
+		argv = []string{"a2a-bus", "serve", "--bus=pipe", "--data-dir=" + h.cfg.DataDir}
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = os.Stderr
@@ -194,6 +217,9 @@ func (h *Host) startPipe() error {
 }
 
 func (h *Host) fake() error {
+	if err := h.store(); err != nil {
+		return err
+	}
 	bus := fakebus.New(fakebus.Config{})
 	h.closers = append(h.closers, bus.Close)
 	b, err := broker.New(bus, h.cfg.Broker)

@@ -38,7 +38,7 @@ func eachBus(t *testing.T, fn func(t *testing.T, h *host.Host)) {
 		"fake": func(*testing.T) host.Config { return host.Config{Bus: host.Fake} },
 		"nats": func(*testing.T) host.Config { return host.Config{Bus: host.NATS} },
 		"pipe": func(t *testing.T) host.Config {
-			return host.Config{Bus: host.Pipe, BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--log-level=warn"}}
+			return host.Config{Bus: host.Pipe, BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir=", "--log-level=warn"}}
 		},
 	}
 	for _, name := range []string{"fake", "nats", "pipe"} {

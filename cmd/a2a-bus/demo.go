@@ -26,7 +26,8 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 Runs ADR 0162's cross-session round trip and prints it: two chat sessions
 each spawn a delegate named discussant (the second becomes discussant-2),
 they find each other across sessions, one hands the other a task, and the
-answer wakes it. The broker runs in memory and writes nothing.
+answer wakes it. The broker keeps its tasks in a temporary folder, removed
+at the end, and writes no connection file.
 
 Examples:
   a2a-bus demo              # on an embedded NATS server
@@ -47,13 +48,19 @@ Flags:
 		return report(stderr, "demo", usageErrorf("--bus: %q is not nats or pipe", *busName))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cfg := host.Config{Bus: kind, Logger: log}
+	// The broker keeps its tasks in a temporary data dir, removed after.
+	dataDir, err := os.MkdirTemp("", "a2a-bus-demo-")
+	if err != nil {
+		return report(stderr, "demo", err)
+	}
+	defer os.RemoveAll(dataDir)
+	cfg := host.Config{Bus: kind, DataDir: dataDir, Logger: log}
 	if kind == host.Pipe {
 		self, err := os.Executable()
 		if err != nil {
 			return report(stderr, "demo", err)
 		}
-		cfg.BrokerCommand = []string{self, "serve", "--bus=pipe", "--log-level=warn"}
+		cfg.BrokerCommand = []string{self, "serve", "--bus=pipe", "--data-dir=" + dataDir, "--log-level=warn"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -41,7 +41,7 @@ type connection struct {
 func startServe(t *testing.T, args ...string) *broker {
 	t.Helper()
 	cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve"}, args...)...)
-	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir())
+	cmd.Env = testEnv(t)
 	errPipe, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -61,6 +61,12 @@ func startServe(t *testing.T, args ...string) *broker {
 		<-b.waitDone
 	})
 	return b
+}
+
+// testEnv keeps a child's files (connection file, data dir) in the
+// test's own folders, never the user's.
+func testEnv(t *testing.T) []string {
+	return append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir(), "XDG_STATE_HOME="+t.TempDir(), "HOME="+t.TempDir())
 }
 
 func (b *broker) stop(t *testing.T, sig syscall.Signal) error {
@@ -100,6 +106,7 @@ func TestServeNATSConnectionFileAndCleanExit(t *testing.T) {
 func TestSecondBrokerRefusesToStart(t *testing.T) {
 	b := startServe(t)
 	cmd := exec.Command(testbin.A2ABus(t), "serve", "--connection-file", b.path)
+	cmd.Env = testEnv(t)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
@@ -124,7 +131,9 @@ func TestStaleConnectionFileIsReplaced(t *testing.T) {
 }
 
 func TestNonLoopbackListenIsRefused(t *testing.T) {
-	out, err := exec.Command(testbin.A2ABus(t), "serve", "--listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")).CombinedOutput()
+	cmd := exec.Command(testbin.A2ABus(t), "serve", "--listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json"))
+	cmd.Env = testEnv(t)
+	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
 	assert.Contains(t, string(out), "not loopback")
@@ -134,7 +143,7 @@ func TestDemo(t *testing.T) {
 	for _, args := range [][]string{{"demo"}, {"demo", "--bus", "pipe"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			cmd := exec.Command(testbin.A2ABus(t), args...)
-			cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir(), "XDG_STATE_HOME="+t.TempDir())
+			cmd.Env = testEnv(t)
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/store/boltstore"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -28,6 +30,9 @@ type serveOptions struct {
 	natsURL            string
 	natsCreds          string
 	connectionFile     string
+	dataDir            string
+	retention          time.Duration
+	retentionTasks     int
 	maxTasksPerContext int
 	maxMessageBytes    int
 	replayWindow       int
@@ -45,6 +50,9 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS: use this server or cluster instead of embedding one")
 	fs.StringVar(&o.natsCreds, "nats-creds", "", "NATS: a credentials file for --nats-url")
 	fs.StringVar(&o.connectionFile, "connection-file", "", "NATS: where to write how to connect (default $XDG_RUNTIME_DIR/a2a-bus/connection.json)")
+	fs.StringVar(&o.dataDir, "data-dir", defaultDataDir(), `the durable task store's folder; "" keeps everything in memory`)
+	fs.DurationVar(&o.retention, "retention", broker.DefaultRetention.MaxAge, "how long terminal tasks are kept (0: no limit)")
+	fs.IntVar(&o.retentionTasks, "retention-tasks", broker.DefaultRetention.MaxTerminal, "how many terminal tasks are kept at most (0: no limit)")
 	fs.IntVar(&o.maxTasksPerContext, "max-tasks-per-context", broker.DefaultMaxTasksPerContext, "open tasks a session may have requested")
 	fs.IntVar(&o.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes, "the largest message, on every bus")
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
@@ -122,6 +130,9 @@ func (o *serveOptions) validate() error {
 	if o.orphanTimeout < 0 {
 		return usageErrorf("--orphan-timeout: must not be negative")
 	}
+	if o.retention < 0 || o.retentionTasks < 0 {
+		return usageErrorf("--retention and --retention-tasks must not be negative")
+	}
 	if o.natsCreds != "" && o.natsURL == "" {
 		return usageErrorf("--nats-creds: needs --nats-url")
 	}
@@ -136,7 +147,16 @@ func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Con
 	if orphan == 0 {
 		orphan = -1 // the flag's 0 disables; the Config's 0 is the default
 	}
+	// The flags' 0 means no limit; the Config's 0 means the default.
+	retention := store.Retention{MaxAge: o.retention, MaxTerminal: o.retentionTasks}
+	if retention.MaxAge == 0 {
+		retention.MaxAge = -1
+	}
+	if retention.MaxTerminal == 0 {
+		retention.MaxTerminal = -1
+	}
 	return broker.Config{
+		Retention:          retention,
 		Store:              st,
 		MaxTasksPerContext: o.maxTasksPerContext,
 		MaxMessageBytes:    o.maxMessageBytes,
@@ -147,15 +167,13 @@ func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Con
 }
 
 func serve(ctx context.Context, o serveOptions, log *slog.Logger, gate *gateWriter) error {
-	st := store.NewMemory()
-	defer st.Close()
 	if o.bus == "pipe" {
-		return servePipe(ctx, o, st, log)
+		return servePipe(ctx, o, log)
 	}
-	return serveNATS(ctx, o, st, log, gate)
+	return serveNATS(ctx, o, log, gate)
 }
 
-func serveNATS(ctx context.Context, o serveOptions, st store.Store, log *slog.Logger, gate *gateWriter) error {
+func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gateWriter) error {
 	path := o.connectionFile
 	if path == "" {
 		p, err := connfile.DefaultPath()
@@ -164,11 +182,17 @@ func serveNATS(ctx context.Context, o serveOptions, st store.Store, log *slog.Lo
 		}
 		path = p
 	}
+	// A running broker is told by its connection file first.
 	claim, err := connfile.Lock(path)
 	if err != nil {
 		return err
 	}
 	defer claim.Release()
+	st, err := openStore(o.dataDir, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	bus, err := natsbus.New(natsbus.Config{
 		URL:             o.natsURL,
 		CredsFile:       o.natsCreds,
@@ -234,7 +258,12 @@ func (g *gateWriter) open() {
 	}
 }
 
-func servePipe(ctx context.Context, o serveOptions, st store.Store, log *slog.Logger) error {
+func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
+	st, err := openStore(o.dataDir, log)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
 	in, out := pipebus.Stdio(log)
 	bus := pipebus.New(in, out, pipebus.Config{MaxMessageBytes: o.maxMessageBytes, Logger: log})
 	b, err := broker.New(bus, o.brokerConfig(st, log))
@@ -255,4 +284,29 @@ func servePipe(ctx context.Context, o serveOptions, st store.Store, log *slog.Lo
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// defaultDataDir is $XDG_STATE_HOME/a2a-bus, else ~/.local/state/a2a-bus.
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "a2a-bus")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "a2a-bus")
+	}
+	return ""
+}
+
+// openStore opens the durable store in dir, or a memory store for "".
+func openStore(dir string, log *slog.Logger) (store.Store, error) {
+	if dir == "" {
+		log.Info("tasks are kept in memory only (--data-dir \"\")")
+		return store.NewMemory(), nil
+	}
+	st, err := boltstore.Open(dir, boltstore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("durable task store", "dataDir", dir)
+	return st, nil
 }

@@ -1,0 +1,231 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/internal/testbin"
+	"github.com/a2a-bus/a2a-bus/pipebus"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func startPipeBroker(t *testing.T, dataDir string) *pipebus.Child {
+	t.Helper()
+	cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", dataDir, "--log-level=warn")
+	cmd.Env = testEnv(t)
+	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{Logger: quiet()})
+	require.NoError(t, err)
+	t.Cleanup(func() { ch.Close() })
+	// Once it answers, it holds its data dir.
+	s, err := ch.Session(context.Background(), "ping")
+	require.NoError(t, err)
+	epochOf(t, s)
+	return ch
+}
+
+type member struct {
+	session, name, instance, token, id string
+}
+
+func (m *member) register(t *testing.T, c transport.Client) transport.Session {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := c.Session(ctx, m.session)
+	require.NoError(t, err)
+	res, err := s.Call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: m.session, Card: &wire.AgentCard{Name: m.name}, InstanceID: m.instance})
+	require.NoError(t, err)
+	var r wire.RegisterResult
+	require.NoError(t, json.Unmarshal(res, &r))
+	m.token, m.id = r.Token, r.AgentID
+	return s
+}
+
+func epochOf(t *testing.T, s transport.Session) string {
+	t.Helper()
+	empty, zero := "", uint64(0)
+	_, err := s.Call(context.Background(), wire.MethodReplay, wire.ReplayParams{ContextID: s.ID(), Epoch: &empty, AfterSeq: &zero})
+	var we *wire.Error
+	require.True(t, errors.As(err, &we) && we.Data != nil, "replay with no epoch tells the current one: %v", err)
+	return we.Data.Epoch
+}
+
+// progress is how far a task got: 1 created, 2 working, 3 completed.
+var stages = []wire.State{"", wire.StateSubmitted, wire.StateWorking, wire.StateCompleted}
+
+// TestAcknowledgedChangesSurviveSIGKILL kills the broker with SIGKILL in
+// the middle of a burst of changes from concurrent clients. After a
+// restart on the same data dir every acknowledged change is there, the
+// tasks come back to their members when they register again with the same
+// instance ids, and the epoch is new.
+func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	child := startPipeBroker(t, dir)
+	const pairs = 8
+	type pair struct{ req, asg *member }
+	var ps []pair
+	sessions := map[*member]transport.Session{}
+	for i := range pairs {
+		p := pair{
+			req: &member{session: fmt.Sprint("s", i), name: "req", instance: fmt.Sprint("req-", i)},
+			asg: &member{session: fmt.Sprint("s", (i+1)%pairs), name: "asg", instance: fmt.Sprint("asg-", i)},
+		}
+		sessions[p.req] = p.req.register(t, child)
+		sessions[p.asg] = p.asg.register(t, child)
+		ps = append(ps, p)
+	}
+	firstEpoch := epochOf(t, sessions[ps[0].req])
+
+	var mu sync.Mutex
+	acked := map[string]int{} // task id -> highest acknowledged stage
+	owner := map[string]pair{}
+	ack := func(id string, stage int, p pair) {
+		mu.Lock()
+		defer mu.Unlock()
+		acked[id] = max(acked[id], stage)
+		owner[id] = p
+	}
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	for _, p := range ps {
+		wg.Go(func() {
+			rs, as := sessions[p.req], sessions[p.asg]
+			for {
+				res, err := rs.Call(ctx, wire.MethodSend, wire.SendParams{Token: p.req.token, To: p.asg.id, Message: &wire.Message{Parts: []wire.Part{wire.TextPart("job")}}, Metadata: nil})
+				if err != nil {
+					return // the broker is gone
+				}
+				var r wire.TaskResult
+				if json.Unmarshal(res, &r) != nil {
+					return
+				}
+				ack(r.Task.ID, 1, p)
+				for stage := 2; stage <= 3; stage++ {
+					if _, err := as.Call(ctx, wire.MethodUpdateTask, wire.UpdateParams{Token: p.asg.token, TaskID: r.Task.ID, State: stages[stage]}); err != nil {
+						return
+					}
+					ack(r.Task.ID, stage, p)
+				}
+			}
+		})
+	}
+	// Let the burst run, then kill the broker in the middle of it.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 200 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, syscall.Kill(child.Pid(), syscall.SIGKILL))
+	wg.Wait()
+	<-child.Exited()
+	child.Close()
+
+	changes := 0
+	for _, s := range acked {
+		changes += s
+	}
+	t.Logf("acknowledged before SIGKILL: %d tasks, %d changes", len(acked), changes)
+	require.GreaterOrEqual(t, len(acked), 200)
+
+	// Restart on the same data dir; the members come back by instance id.
+	child2 := startPipeBroker(t, dir)
+	for _, p := range ps {
+		sessions[p.req] = p.req.register(t, child2)
+		sessions[p.asg] = p.asg.register(t, child2)
+	}
+	assert.NotEqual(t, firstEpoch, epochOf(t, sessions[ps[0].req]), "a new epoch")
+
+	found := 0
+	for id, stage := range acked {
+		p := owner[id]
+		res, err := sessions[p.req].Call(ctx, wire.MethodGetTask, wire.TaskParams{Token: p.req.token, TaskID: id})
+		require.NoError(t, err, "acknowledged task %s is lost", id)
+		var r wire.TaskResult
+		require.NoError(t, json.Unmarshal(res, &r))
+		got := slices.Index(stages, r.Task.Status.State)
+		require.GreaterOrEqual(t, got, stage, "task %s: acknowledged %s, found %s", id, stages[stage], r.Task.Status.State)
+		found += stage
+	}
+	assert.GreaterOrEqual(t, found, changes, "every acknowledged change is there")
+
+	// Each member lists its tasks again.
+	for _, p := range ps {
+		res, err := sessions[p.asg].Call(ctx, wire.MethodListTasks, wire.ListTasksParams{Token: p.asg.token, Role: wire.ListAssignee})
+		require.NoError(t, err)
+		var l wire.ListTasksResult
+		require.NoError(t, json.Unmarshal(res, &l))
+		ids := map[string]bool{}
+		for _, task := range l.Tasks {
+			ids[task.ID] = true
+		}
+		for id, o := range owner {
+			if o == p {
+				assert.True(t, ids[id], "task %s is back with its assignee", id)
+			}
+		}
+	}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestDataDirProblemsStopTheStart: a data dir held by another broker, a
+// corrupt file and a file of a newer schema each stop serve with one line
+// naming the problem, and the file is left as it was.
+func TestDataDirProblemsStopTheStart(t *testing.T) {
+	serve := func(t *testing.T, dir string) (string, int) {
+		cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", dir)
+		cmd.Env = testEnv(t)
+		cmd.Stdin = strings.NewReader("")
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return string(out), exit.ExitCode()
+		}
+		require.NoError(t, err)
+		return string(out), 0
+	}
+	t.Run("held by another broker", func(t *testing.T) {
+		dir := t.TempDir()
+		startPipeBroker(t, dir)
+		out, code := serve(t, dir)
+		assert.Equal(t, 1, code)
+		assert.Contains(t, out, "held by another running broker")
+	})
+	t.Run("corrupt", func(t *testing.T) {
+		dir := t.TempDir()
+		garbage := []byte(strings.Repeat("not a database ", 4096))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tasks.db"), garbage, 0o600))
+		out, code := serve(t, dir)
+		assert.Equal(t, 1, code)
+		assert.Contains(t, out, "corrupt")
+		after, err := os.ReadFile(filepath.Join(dir, "tasks.db"))
+		require.NoError(t, err)
+		assert.Equal(t, garbage, after, "left alone, not replaced")
+	})
+	t.Run("an empty data dir starts fresh", func(t *testing.T) {
+		out, code := serve(t, t.TempDir())
+		assert.Equal(t, 0, code, out)
+	})
+}
