@@ -17,6 +17,9 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
+// maxResponseBytes is the longest line the host end reads at least.
+const maxResponseBytes = 64 << 20
+
 // ClientConfig configures the host end. The zero value is the default
 // everywhere.
 type ClientConfig struct {
@@ -102,7 +105,9 @@ func (c *Client) Done() <-chan struct{} { return c.done }
 func (c *Client) readLoop(r io.Reader) {
 	defer c.readerWG.Done()
 	defer close(c.done)
-	lr := newLineReader(r, max(c.cfg.MaxMessageBytes, wire.DefaultMaxMessageBytes)+4096)
+	// Responses may be far larger than requests (a list of ten thousand
+	// agents): read lines up to maxResponseBytes.
+	lr := newLineReader(r, max(8*c.cfg.MaxMessageBytes, maxResponseBytes))
 	for {
 		line, tooLong, err := lr.next()
 		if err != nil {
@@ -126,27 +131,32 @@ func (c *Client) readLoop(r io.Reader) {
 // dispatch routes one line: a response to its call, a notification to its
 // session.
 func (c *Client) dispatch(line []byte) {
-	var head struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params struct {
-			RecipientContextID string `json:"recipientContextId"`
-			ContextID          string `json:"contextId"`
-		} `json:"params"`
+	h, ok := scanHead(line)
+	if !ok {
+		// Not the broker's usual shape: decode it in full.
+		var full struct {
+			ID     json.RawMessage `json:"id"`
+			Method *string         `json:"method"`
+			Params struct {
+				RecipientContextID string `json:"recipientContextId"`
+				ContextID          string `json:"contextId"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(line, &full); err != nil {
+			c.log.Warn("unreadable line from the broker skipped", "error", err)
+			return
+		}
+		h = head{id: full.ID, isNote: full.Method != nil, recipient: full.Params.RecipientContextID, context: full.Params.ContextID}
 	}
-	if err := json.Unmarshal(line, &head); err != nil {
-		c.log.Warn("unreadable line from the broker skipped", "error", err)
-		return
-	}
-	if head.Method != "" {
-		session := head.Params.RecipientContextID
+	if h.isNote {
+		session := h.recipient
 		if session == "" {
-			session = head.Params.ContextID // an older producer (ADR 0162 rule 5)
+			session = h.context // an older producer (ADR 0162 rule 5)
 		}
 		c.subs.Deliver(session, line)
 		return
 	}
-	id, err := strconv.ParseUint(string(head.ID), 10, 64)
+	id, err := strconv.ParseUint(string(h.id), 10, 64)
 	if err != nil {
 		// id null: the broker could not read a request of ours.
 		c.log.Warn("response without a call id", "response", string(bytes.TrimSpace(line[:min(len(line), 200)])))

@@ -67,7 +67,7 @@ func (l *lockedBuffer) String() string {
 // end of its stdio.
 func startChild(t *testing.T, args ...string) (*pipebus.Child, *lockedBuffer) {
 	t.Helper()
-	cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--bus=pipe"}, args...)...)
+	cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--bus=pipe", "--data-dir="}, args...)...)
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{Logger: quiet()})
@@ -100,7 +100,7 @@ type rawChild struct {
 
 func startRaw(t *testing.T, args ...string) *rawChild {
 	t.Helper()
-	cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--bus=pipe"}, args...)...)
+	cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--bus=pipe", "--data-dir="}, args...)...)
 	in, err := cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := cmd.StdoutPipe()

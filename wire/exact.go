@@ -132,17 +132,19 @@ func isASCII(s string) bool {
 	return true
 }
 
-// knownLower is every lower-cased field name of the protocol's objects:
-// a member name outside it cannot fill any field, whatever its case.
-var knownLower = func() map[string]bool {
-	m := map[string]bool{}
-	for _, v := range []any{RegisterParams{}, TokenParams{}, SendParams{}, TaskParams{}, ListTasksParams{},
+// knownExact and knownLower are every field name of the protocol's
+// objects, as is and lower-cased: a member name outside knownLower cannot
+// fill any field, whatever its case.
+var knownExact, knownLower = func() (map[string]bool, map[string]bool) {
+	exact, lower := map[string]bool{}, map[string]bool{}
+	for _, v := range []any{envelope{}, RegisterParams{}, TokenParams{}, SendParams{}, TaskParams{}, ListTasksParams{},
 		UpdateParams{}, ReplayParams{}, SessionParams{}, AgentCard{}, Skill{}, Message{}, Part{}, File{}, Artifact{}} {
-		for name := range fieldsOf(reflect.TypeOf(v)).folded {
-			m[name] = true
+		for name := range fieldsOf(reflect.TypeOf(v)).exact {
+			exact[name] = true
+			lower[strings.ToLower(name)] = true
 		}
 	}
-	return m
+	return exact, lower
 }()
 
 // mayHaveCaseVariants is the fast path: a single pass over the member
@@ -182,16 +184,17 @@ func mayHaveCaseVariants(raw []byte) bool {
 		if len(name) > len(buf) {
 			continue
 		}
+		if knownExact[string(name)] {
+			continue
+		}
 		lower := buf[:len(name)]
-		differs := false
 		for n, c := range name {
 			if 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
-				differs = true
 			}
 			lower[n] = c
 		}
-		if differs && knownLower[string(lower)] {
+		if knownLower[string(lower)] {
 			return true
 		}
 	}

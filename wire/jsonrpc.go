@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -58,8 +59,15 @@ var null = []byte("null")
 
 // decodeEnvelope decodes the members of a message by their exact names:
 // encoding/json would match "ID" or "Method" to the fields too, but those
-// are unknown members, to be ignored.
+// are unknown members, to be ignored. The struct decode is the fast path;
+// a message with a case variant of a protocol name anywhere takes the
+// exact one.
 func decodeEnvelope(raw []byte) (envelope, error) {
+	if !mayHaveCaseVariants(raw) {
+		var env envelope
+		err := json.Unmarshal(raw, &env)
+		return env, err
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return envelope{}, err
@@ -135,13 +143,25 @@ func ParamsObject(params json.RawMessage) bool {
 	return len(p) > 0 && p[0] == '{'
 }
 
-// EncodeRequest encodes a request with a numeric id.
+// EncodeRequest encodes a request with a numeric id. Params given as raw
+// JSON are sent as they are.
 func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
 	p, err := marshalParams(params)
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(Request{JSONRPC: Version, ID: json.RawMessage(fmt.Appendf(nil, "%d", id)), Method: method, Params: p})
+	m, err := json.Marshal(method)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(p)+len(m)+48)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = strconv.AppendUint(b, id, 10)
+	b = append(b, `,"method":`...)
+	b = append(b, m...)
+	b = append(b, `,"params":`...)
+	b = append(b, p...)
+	return append(b, '}'), nil
 }
 
 func marshalParams(params any) (json.RawMessage, error) {
@@ -160,7 +180,8 @@ func marshalParams(params any) (json.RawMessage, error) {
 	return b, nil
 }
 
-// EncodeResult encodes a successful response.
+// EncodeResult encodes a successful response. id is the request's raw id
+// (nil: null); a raw result is sent as it is.
 func EncodeResult(id json.RawMessage, result any) ([]byte, error) {
 	r, ok := result.(json.RawMessage)
 	if !ok {
@@ -170,7 +191,15 @@ func EncodeResult(id json.RawMessage, result any) ([]byte, error) {
 		}
 		r = b
 	}
-	return json.Marshal(Response{JSONRPC: Version, ID: id, Result: r})
+	if id == nil {
+		id = null
+	}
+	b := make([]byte, 0, len(r)+len(id)+32)
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, id...)
+	b = append(b, `,"result":`...)
+	b = append(b, r...)
+	return append(b, '}'), nil
 }
 
 // ErrNotResponse is returned by DecodeResponse for a message that is not a
@@ -181,8 +210,8 @@ var ErrNotResponse = errors.New("wire: not a JSON-RPC response")
 // raw result or the error object the broker answered with. A message that
 // is not a response is ErrNotResponse.
 func DecodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpcErr *Error, err error) {
-	env, err := decodeEnvelope(raw)
-	if err != nil {
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: %v", ErrNotResponse, err)
 	}
 	if env.Method != nil {

@@ -187,24 +187,34 @@ func (e *Event) Head() EventHead {
 	return EventHead{}
 }
 
-// DecodeEvent decodes a notification from the broker.
+// eventParams holds the params of either notification, so that one pass
+// decodes any of them.
+type eventParams struct {
+	EventHead
+	TaskID  string    `json:"taskId"`
+	Kind    EventKind `json:"kind"`
+	Task    *Task     `json:"task"`
+	Message *Message  `json:"message"`
+	Final   bool      `json:"final"`
+	From    string    `json:"from"`
+}
+
+// DecodeEvent decodes a notification from the broker, in one pass.
 func DecodeEvent(raw []byte) (*Event, error) {
-	var n Notification
+	var n struct {
+		Method string      `json:"method"`
+		Params eventParams `json:"params"`
+	}
 	if err := json.Unmarshal(raw, &n); err != nil {
 		return nil, err
 	}
+	p := &n.Params
 	ev := &Event{Method: n.Method}
 	switch n.Method {
 	case NotifyTaskEvent:
-		ev.TaskEvent = new(TaskEvent)
-		if err := json.Unmarshal(n.Params, ev.TaskEvent); err != nil {
-			return nil, err
-		}
+		ev.TaskEvent = &TaskEvent{EventHead: p.EventHead, TaskID: p.TaskID, Kind: p.Kind, Task: p.Task, Message: p.Message, Final: p.Final}
 	case NotifyPush:
-		ev.Push = new(Push)
-		if err := json.Unmarshal(n.Params, ev.Push); err != nil {
-			return nil, err
-		}
+		ev.Push = &Push{EventHead: p.EventHead, From: p.From, Message: p.Message}
 	default:
 		return nil, fieldErr("method", "unknown notification %s", quoteShort(n.Method))
 	}
