@@ -70,6 +70,44 @@ type Client struct {
 	// sent before cannot arrive any more (core NATS keeps nothing).
 	link     context.Context
 	linkDown context.CancelFunc
+
+	// inbox receives the notifications of every subscription; the
+	// dispatcher hands each to the subscription it came by.
+	inbox  chan *nats.Msg
+	rmu    sync.RWMutex
+	routes map[*nats.Subscription]*fanout.Sub
+	wg     sync.WaitGroup // the dispatcher
+}
+
+// inboxSize is how many notifications wait for the dispatcher; past it,
+// nats.go drops them (a seq gap the runtime replays).
+const inboxSize = 1 << 16
+
+func (c *Client) route(ns *nats.Subscription, sub *fanout.Sub) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	if sub == nil {
+		delete(c.routes, ns)
+	} else {
+		c.routes[ns] = sub
+	}
+}
+
+func (c *Client) dispatch() {
+	defer c.wg.Done()
+	for {
+		select {
+		case m := <-c.inbox:
+			c.rmu.RLock()
+			sub := c.routes[m.Sub]
+			c.rmu.RUnlock()
+			if sub != nil {
+				sub.Deliver(m.Data)
+			}
+		case <-c.ctx.Done():
+			return
+		}
+	}
 }
 
 var (
@@ -85,7 +123,8 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{}}
+	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{},
+		inbox: make(chan *nats.Msg, inboxSize), routes: map[*nats.Subscription]*fanout.Sub{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.link, c.linkDown = context.WithCancel(c.ctx)
 	opts := []nats.Option{
@@ -134,6 +173,8 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		return nil, fmt.Errorf("natsbus: connect to %s: %w", redact(cfg.URL), err)
 	}
 	c.nc = nc
+	c.wg.Add(1)
+	go c.dispatch()
 	return c, nil
 }
 
@@ -242,6 +283,7 @@ func (c *Client) Close() error {
 		s.close()
 	}
 	c.nc.Close()
+	c.wg.Wait()
 	if c.onClose != nil {
 		c.onClose()
 	}
@@ -277,12 +319,16 @@ func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error)
 		s.mu.Lock()
 		delete(s.subs, sub)
 		s.mu.Unlock()
+		s.c.route(ns, nil)
 		_ = ns.Unsubscribe()
 	})
-	ns, err := s.c.nc.Subscribe(s.events, func(m *nats.Msg) { sub.Deliver(m.Data) })
+	// Every subscription of the client delivers into one channel, read by
+	// one goroutine: no goroutine per subscription, however many sessions.
+	ns, err := s.c.nc.ChanSubscribe(s.events, s.c.inbox)
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
 	}
+	s.c.route(ns, sub)
 	// Once the server has the interest, every later publish reaches it.
 	// (nats.go wants a deadline for the flush.)
 	if _, ok := ctx.Deadline(); !ok {
@@ -291,6 +337,7 @@ func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error)
 		defer cancel()
 	}
 	if err := s.c.nc.FlushWithContext(ctx); err != nil {
+		s.c.route(ns, nil)
 		_ = ns.Unsubscribe()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -323,6 +370,7 @@ func (s *session) endSubscriptions() {
 	s.subs = nil
 	s.mu.Unlock()
 	for sub, ns := range subs {
+		s.c.route(ns, nil)
 		_ = ns.Unsubscribe()
 		sub.End()
 	}
