@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -161,6 +162,14 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
 		b.log.Warn("request without a reply subject ignored", "subject", m.Subject)
 		return
 	}
+	// The broker's connection may publish anywhere, and the server checks
+	// a session credential's publish subject but not its reply subject: a
+	// reply outside the inboxes would let a session make the broker
+	// publish into another session's events.
+	if !strings.HasPrefix(m.Reply, InboxPrefix) {
+		b.log.Warn("request with a reply subject outside _INBOX. ignored", "subject", m.Subject)
+		return
+	}
 	var from transport.Caller
 	if m.Subject == HostRPC {
 		from = transport.Caller{Scope: transport.ScopeHost}
@@ -177,7 +186,15 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
 	case <-b.ctx.Done():
 		return
 	}
+	// Add under the lock that Close takes before it waits, never after.
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		<-b.sem
+		return
+	}
 	b.handlers.Add(1)
+	b.mu.Unlock()
 	go func() {
 		defer b.handlers.Done()
 		defer func() { <-b.sem }()
@@ -327,16 +344,22 @@ func (b *Bus) Close() error {
 	return nil
 }
 
-// redact removes the user info from a URL list for logs and files.
-func redact(url string) string {
+// redact removes the user info from a URL list, for logs and files. A
+// URL without a scheme is read as nats.go reads it (nats:// added).
+func redact(urls string) string {
 	var out []string
-	for _, u := range strings.Split(url, ",") {
-		if i := strings.Index(u, "://"); i >= 0 {
-			if j := strings.LastIndex(u[i+3:], "@"); j >= 0 {
-				u = u[:i+3] + u[i+3+j+1:]
-			}
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
 		}
-		out = append(out, u)
+		parsed, err := url.Parse(u)
+		if err != nil {
+			out = append(out, "(unreadable URL)")
+			continue
+		}
+		parsed.User = nil
+		out = append(out, parsed.String())
 	}
 	return strings.Join(out, ",")
 }

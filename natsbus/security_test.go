@@ -122,7 +122,13 @@ func TestSessionCredentialsAreEnforcedByTheServer(t *testing.T) {
 		sub, err := nc.SubscribeSync(natsbus.EventsSubject("s1"))
 		require.NoError(t, err)
 		require.NoError(t, nc.Flush())
+		// What the broker publishes there arrives: the subscription was
+		// accepted, not refused asynchronously.
+		require.NoError(t, b.Publish("s1", []byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"s1"}}`)))
+		_, err = sub.NextMsg(5 * time.Second)
+		require.NoError(t, err)
 		require.NoError(t, sub.Unsubscribe())
+		require.NoError(t, nc.Flush())
 		select {
 		case err := <-errs:
 			t.Fatalf("unexpected refusal: %v", err)
@@ -247,4 +253,43 @@ func TestExternalServerHasNoSessionsMethods(t *testing.T) {
 	defer c.Close()
 	_, err = c.CallHost(context.Background(), wire.MethodSessionOpen, wire.SessionParams{ContextID: "s1"})
 	assert.ErrorIs(t, err, wire.ErrMethodNotFound)
+}
+
+// TestReplySubjectsStayInTheInboxes: a session credential cannot make the
+// broker answer on another session's events subject.
+func TestReplySubjectsStayInTheInboxes(t *testing.T) {
+	b := brokerOn(t)
+	creds := openSession(t, b, "s1")
+	spy, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()))
+	require.NoError(t, err)
+	defer spy.Close()
+	events, err := spy.SubscribeSync(natsbus.EventsSubject("s2"))
+	require.NoError(t, err)
+	require.NoError(t, spy.Flush())
+
+	nc, err := nats.Connect(creds.URL, nats.UserInfo(creds.User, creds.Password), nats.CustomInboxPrefix(natsbus.SessionInbox("s1")))
+	require.NoError(t, err)
+	defer nc.Close()
+	req, _ := wire.EncodeRequest(1, wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "a"}})
+	require.NoError(t, nc.PublishRequest(natsbus.RPCSubject("s1"), natsbus.EventsSubject("s2"), req))
+	require.NoError(t, nc.Flush())
+	// A proper request afterwards is answered: the forged one was seen
+	// first and ignored.
+	_, err = rawRequest(t, nc, natsbus.RPCSubject("s1"), wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "b"}})
+	require.NoError(t, err)
+	_, err = events.NextMsg(200 * time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "nothing was published on s2's events")
+}
+
+func TestURLsAreShownWithoutCredentials(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://u:s3cr3t@127.0.0.1:4222":  "nats://127.0.0.1:4222",
+		"u:s3cr3t@127.0.0.1:4222":         "nats://127.0.0.1:4222",
+		"tok3n@host:1,nats://a:b@other:2": "nats://host:1,nats://other:2",
+		"nats://127.0.0.1:4222":           "nats://127.0.0.1:4222",
+	} {
+		got := natsbus.Redact(in)
+		assert.Equal(t, want, got)
+		assert.NotContains(t, got, "s3cr3t")
+	}
 }

@@ -18,9 +18,13 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// ErrNotLoopback is returned by StartServer for a listen address off
-// loopback when AllowRemote is not set.
-var ErrNotLoopback = errors.New("natsbus: listen address is not loopback (allow it explicitly)")
+// Named errors of StartServer.
+var (
+	// ErrNotLoopback: a listen address off loopback without AllowRemote.
+	ErrNotLoopback = errors.New("natsbus: listen address is not loopback (allow it explicitly)")
+	// ErrBadListen: a listen address that is not host:port.
+	ErrBadListen = errors.New("natsbus: bad listen address")
+)
 
 // ServerConfig configures the embedded NATS server. The zero value listens
 // on 127.0.0.1 on a port the OS picks.
@@ -126,11 +130,11 @@ func listenAddr(listen string, allowRemote bool) (string, int, error) {
 	}
 	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
-		return "", 0, fmt.Errorf("natsbus: listen address %q: %w", listen, err)
+		return "", 0, fmt.Errorf("%w %q: %v", ErrBadListen, listen, err)
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
-		return "", 0, fmt.Errorf("natsbus: listen address %q: bad port", listen)
+		return "", 0, fmt.Errorf("%w %q: bad port", ErrBadListen, listen)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT // the server takes 0 for its default 4222

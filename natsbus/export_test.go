@@ -1,0 +1,4 @@
+package natsbus
+
+// Redact is redact, for tests.
+var Redact = redact
