@@ -3,6 +3,7 @@ package pipebus
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -231,6 +232,15 @@ func (b *Bus) readLoop(h transport.Handler) {
 			defer b.handlers.Done()
 			defer func() { <-sem }()
 			if resp := h.ServeRPC(b.ctx, from, line); resp != nil {
+				if len(resp) > maxResponseBytes {
+					// The host end would skip the line and its call would
+					// wait for ever: answer that it is too large.
+					var id json.RawMessage
+					if req, _ := wire.ParseRequest(line, len(line)); req != nil {
+						id = req.ID
+					}
+					resp = wire.ErrorResponse(id, wire.ErrInternal.Withf("the response of %d bytes is over the pipe's limit of %d", len(resp), maxResponseBytes))
+				}
 				b.respond(resp)
 			}
 		}()

@@ -44,7 +44,10 @@ type Client struct {
 	subs   fanout.Set
 	nextID atomic.Uint64
 
-	wmu sync.Mutex // one writer at a time: lines never interleave
+	// out holds the request lines for the writer goroutine, the only one
+	// that writes: lines never interleave, and a caller waits for room
+	// only as long as its context allows.
+	out chan []byte
 
 	mu       sync.Mutex
 	pending  map[uint64]chan result
@@ -54,6 +57,8 @@ type Client struct {
 
 	done     chan struct{} // closed when the reader has stopped
 	readerWG sync.WaitGroup
+	writerWG sync.WaitGroup
+	stop     chan struct{} // closed by Close: the writer ends
 }
 
 type result struct {
@@ -88,10 +93,31 @@ func newClient(r io.ReadCloser, w io.WriteCloser, between func() error, cfg Clie
 			err = errors.Join(err, between())
 		}
 		return errors.Join(err, r.Close())
-	}), log: cfg.Logger, pending: map[uint64]chan result{}, sessions: map[*session]struct{}{}, done: make(chan struct{})}
+	}), log: cfg.Logger, pending: map[uint64]chan result{}, sessions: map[*session]struct{}{}, done: make(chan struct{}),
+		out: make(chan []byte, 256), stop: make(chan struct{})}
 	c.readerWG.Add(1)
 	go c.readLoop(r)
+	c.writerWG.Add(1)
+	go c.writeLoop()
 	return c
+}
+
+// writeLoop writes the queued request lines until Close, or until a write
+// fails (the broker is gone: its pending calls fail when the reader sees
+// the end).
+func (c *Client) writeLoop() {
+	defer c.writerWG.Done()
+	for {
+		select {
+		case line := <-c.out:
+			if _, err := c.w.Write(line); err != nil {
+				c.fail(fmt.Errorf("writing to the broker: %w", err))
+				return
+			}
+		case <-c.stop:
+			return
+		}
+	}
 }
 
 // closerFunc adapts a function to io.Closer.
@@ -224,16 +250,24 @@ func (c *Client) call(ctx context.Context, s *session, method string, params any
 	}
 
 	req = append(req, '\n')
-	c.wmu.Lock()
-	_, err = c.w.Write(req)
-	c.wmu.Unlock()
-	if err != nil {
-		forget()
-		return nil, fmt.Errorf("%w: writing to the broker: %v", transport.ErrUnavailable, err)
-	}
 	var sessionDone <-chan struct{}
 	if s != nil {
 		sessionDone = s.done
+	}
+	select {
+	case c.out <- req:
+	case <-ctx.Done():
+		forget()
+		return nil, ctx.Err()
+	case <-sessionDone:
+		forget()
+		return nil, transport.ErrClosed
+	case <-c.stop:
+		forget()
+		return nil, transport.ErrClosed
+	case <-c.done:
+		forget()
+		return nil, fmt.Errorf("%w: %v", transport.ErrUnavailable, c.goneErr())
 	}
 	select {
 	case r := <-ch:
@@ -287,7 +321,11 @@ func (c *Client) Close() error {
 	for s := range sessions {
 		s.close()
 	}
+	close(c.stop)
+	// Closing the pipe also ends a write blocked on a broker that does
+	// not read.
 	err := c.closer.Close()
+	c.writerWG.Wait()
 	c.fail(transport.ErrClosed)
 	c.readerWG.Wait()
 	return err
@@ -324,8 +362,9 @@ func (s *session) Subscribe(context.Context) (transport.Subscription, error) {
 	}
 	sub, err := s.c.subs.Add(s.id, s.c.cfg.Buffer)
 	if err != nil {
-		if s.c.goneErr() != nil {
-			return nil, fmt.Errorf("%w: %v", transport.ErrUnavailable, s.c.goneErr())
+		if gone := s.c.goneErr(); gone != nil {
+			// The broker end is gone for good: nothing will ever arrive.
+			return nil, fmt.Errorf("%w (%w: %v)", transport.ErrClosed, transport.ErrUnavailable, gone)
 		}
 		return nil, err
 	}

@@ -1,7 +1,9 @@
 package pipebus
 
 import (
+	"io"
 	"log/slog"
+	"net"
 	"os"
 )
 
@@ -28,24 +30,34 @@ func Pair(cfg Config, ccfg ClientConfig) (*Bus, *Client, error) {
 	return New(reqR, respW, cfg), NewClient(respR, reqW, ccfg), nil
 }
 
-// Stdio returns the process's stdin and stdout for the broker end. Where it
-// can (a pipe or a terminal, on Linux), it opens them anew through
-// /proc/self/fd, which gives files the runtime can interrupt, so that
-// Close and write deadlines work, without changing the flags of the
-// descriptors the process shares with its parent. Elsewhere it returns
-// os.Stdin and os.Stdout.
-func Stdio(log *slog.Logger) (*os.File, *os.File) {
+// Stdio returns the process's stdin and stdout for the broker end, as
+// files or connections the runtime can interrupt, so that Close and write
+// deadlines work, without changing the flags of the descriptors the
+// process shares with its parent: a pipe or a terminal is opened anew
+// through /proc/self/fd (Linux), a socket (as Node.js gives its children)
+// becomes a net.Conn on a duplicate descriptor. A regular file is left as
+// it is: its reads never block.
+func Stdio(log *slog.Logger) (io.ReadCloser, io.WriteCloser) {
 	return reopen(os.Stdin, "/proc/self/fd/0", os.O_RDONLY, log), reopen(os.Stdout, "/proc/self/fd/1", os.O_WRONLY, log)
 }
 
-func reopen(f *os.File, path string, flag int, log *slog.Logger) *os.File {
+func reopen(f *os.File, path string, flag int, log *slog.Logger) io.ReadWriteCloser {
 	st, err := f.Stat()
 	if err != nil {
 		return f
 	}
+	if st.Mode()&os.ModeSocket != 0 {
+		c, err := net.FileConn(f)
+		if err != nil {
+			if log != nil {
+				log.Debug("stdio socket stays blocking", "error", err)
+			}
+			return f
+		}
+		return c
+	}
 	if st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) == 0 {
-		// A regular file or a socket: reopening would change its offset
-		// or is not possible.
+		// A regular file: reopening would change its offset.
 		return f
 	}
 	g, err := os.OpenFile(path, flag, 0)

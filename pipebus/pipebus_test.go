@@ -370,7 +370,7 @@ func TestStdioReopensPipes(t *testing.T) {
 	// Run as a child so that stdin and stdout are pipes.
 	if os.Getenv("PIPEBUS_STDIO_CHILD") == "1" {
 		in, out := pipebus.Stdio(nil)
-		if in == os.Stdin || out == os.Stdout {
+		if in == io.ReadCloser(os.Stdin) || out == io.WriteCloser(os.Stdout) {
 			os.Exit(3)
 		}
 		os.Exit(0)
@@ -440,4 +440,92 @@ func TestClosedReaderStopsTheBus(t *testing.T) {
 		t.Fatal("the bus did not notice its reader is gone")
 	}
 	assert.ErrorIs(t, bus.Err(), pipebus.ErrPeerGone)
+}
+
+// TestSignalStopsABrokerOnASocket: a host that gives the broker a socket
+// pair as stdio (as Node.js does) can still stop it with SIGTERM.
+func TestSignalStopsABrokerOnASocket(t *testing.T) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	host, child := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "child")
+	defer host.Close()
+	cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir=")
+	cmd.Stdin, cmd.Stdout = child, child
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	require.NoError(t, cmd.Start())
+	child.Close()
+	_, err = host.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.agents.register","params":{"contextId":"s1","card":{"name":"a"}}}` + "\n"))
+	require.NoError(t, err)
+	line, err := bufio.NewReader(host).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, line, `"result"`)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		assert.NoError(t, err, "exit 0; stderr: %s", stderr.String())
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("the broker ignored SIGTERM on a socket")
+	}
+}
+
+// TestCallHonoursItsContextWhileTheBrokerDoesNotRead: with the broker's
+// only request slot held and the pipe full, a call gives up at its
+// deadline instead of blocking in the write.
+func TestCallHonoursItsContextWhileTheBrokerDoesNotRead(t *testing.T) {
+	bus, client, err := pipebus.Pair(pipebus.Config{MaxInFlight: 1, Logger: quiet()}, pipebus.ClientConfig{Logger: quiet()})
+	require.NoError(t, err)
+	defer bus.Close()
+	defer client.Close()
+	entered := make(chan struct{}, 1)
+	require.NoError(t, bus.Serve(transport.HandlerFunc(func(ctx context.Context, _ transport.Caller, _ []byte) []byte {
+		entered <- struct{}{}
+		<-ctx.Done()
+		return nil
+	})))
+	s, err := client.Session(context.Background(), "s1")
+	require.NoError(t, err)
+	go s.Call(context.Background(), "block", nil) //nolint:errcheck // fails at Close
+	<-entered
+	// Fill the pipe: the broker reads one more line and then waits for a
+	// slot; the rest stays in the pipe and the writer blocks.
+	pad := strings.Repeat("x", 300<<10)
+	for range 4 {
+		go s.Call(context.Background(), "big", map[string]string{"pad": pad}) //nolint:errcheck // fails at Close
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Call(ctx, "small", nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call ignored its context")
+	}
+}
+
+// TestAnOversizedResponseIsAnError: a response over the pipe's limit is
+// answered with an error for its call instead of a line the host end
+// would skip.
+func TestAnOversizedResponseIsAnError(t *testing.T) {
+	bus, client, err := pipebus.Pair(pipebus.Config{Logger: quiet()}, pipebus.ClientConfig{Logger: quiet()})
+	require.NoError(t, err)
+	defer bus.Close()
+	defer client.Close()
+	huge := []byte(`{"jsonrpc":"2.0","id":1,"result":"` + strings.Repeat("x", 65<<20) + `"}`)
+	require.NoError(t, bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return huge })))
+	s, err := client.Session(context.Background(), "s1")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = s.Call(ctx, "anything", nil)
+	assert.ErrorIs(t, err, wire.ErrInternal)
 }
