@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -49,19 +50,21 @@ type Delegate struct {
 	instance string
 	asked    string // the name it asked for
 
-	mu    sync.Mutex
-	id    string // the agentId the broker assigned
-	token string
-	card  wire.AgentCard
-	err   error                // why the delegate stopped (settled, closed)
-	dead  chan struct{}        // closed when err is set
-	known map[string]wire.Time // task id -> updatedAt last heard of
+	mu      sync.Mutex
+	id      string // the agentId the broker assigned
+	token   string
+	card    wire.AgentCard
+	err     error                // why the delegate stopped (settled, closed)
+	leaving bool                 // Settle is deregistering it
+	dead    chan struct{}        // closed when err is set
+	seen    map[string]wire.Time // task id -> updatedAt the delegate has been told of
 
 	qmu           sync.Mutex
-	queue         []Event
-	overflow      bool
+	queue         []item
+	overflow      bool   // events were dropped: a Resync is due once the queue drains
 	pendingRename string // the old agentId, for the next Resync
 	wake          chan struct{}
+	waiters       atomic.Int32
 }
 
 // ID returns the delegate's peer id: the agentId the broker assigned,
@@ -98,9 +101,21 @@ func (d *Delegate) Prompt() string {
 // register registers (again) under the delegate's instance id and adopts
 // what the broker assigns.
 func (d *Delegate) register(ctx context.Context) error {
+	d.r.naming.Lock()
+	defer d.r.naming.Unlock()
+	return d.registerLocked(ctx)
+}
+
+// registerLocked is register with the runtime's naming lock held. A
+// delegate that is settling or gone never registers again.
+func (d *Delegate) registerLocked(ctx context.Context) error {
 	d.mu.Lock()
 	card := d.card
 	oldID := d.id
+	if d.leaving || d.err != nil {
+		d.mu.Unlock()
+		return ErrSettled
+	}
 	d.mu.Unlock()
 	card.Name = d.asked
 	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
@@ -109,6 +124,12 @@ func (d *Delegate) register(ctx context.Context) error {
 		return err
 	}
 	d.mu.Lock()
+	if d.leaving || d.err != nil {
+		// Settle began meanwhile: take back this registration.
+		d.mu.Unlock()
+		_ = d.r.call(ctx, wire.MethodDeregister, wire.TokenParams{Token: res.Token}, nil)
+		return ErrSettled
+	}
 	d.id, d.token, d.card = res.AgentID, res.Token, res.Card
 	d.mu.Unlock()
 	if oldID != "" && oldID != res.AgentID {
@@ -139,14 +160,15 @@ func (d *Delegate) credentials() (string, error) {
 	return d.token, nil
 }
 
-// heard records what the delegate now knows of a task.
+// heard records what the delegate now knows of a task from a call's
+// result.
 func (d *Delegate) heard(t *wire.Task) {
 	if t == nil {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.known[t.ID] = t.UpdatedAt
+	d.seen[t.ID] = t.UpdatedAt
 }
 
 // do runs one call with the delegate's token. A token the broker no
@@ -163,6 +185,9 @@ func (d *Delegate) do(ctx context.Context, call func(token string) error) error 
 		return err
 	}
 	if rerr := d.register(ctx); rerr != nil {
+		if errors.Is(rerr, ErrSettled) {
+			return ErrSettled
+		}
 		return err
 	}
 	if token, err = d.credentials(); err != nil {
@@ -268,13 +293,20 @@ func (d *Delegate) Cancel(ctx context.Context, taskID string) (*wire.Task, error
 // assigned to it, canceled if it requested them), and every later call,
 // and a Wait in progress, returns ErrSettled.
 func (d *Delegate) Settle(ctx context.Context) error {
-	token, err := d.credentials()
-	if err != nil {
-		return err
+	d.mu.Lock()
+	if d.err != nil {
+		d.mu.Unlock()
+		return d.err
 	}
+	d.leaving = true // no call may register it again from now on
+	token := d.token
+	d.mu.Unlock()
 	callErr := d.r.call(ctx, wire.MethodDeregister, wire.TokenParams{Token: token}, nil)
 	if callErr != nil && !errors.Is(callErr, wire.ErrUnauthorized) {
-		return callErr // still registered: it may try again
+		d.mu.Lock()
+		d.leaving = false // still registered: it may try again
+		d.mu.Unlock()
+		return callErr
 	}
 	d.fail(ErrSettled)
 	d.r.forget(d)
@@ -298,50 +330,84 @@ func (d *Delegate) signal() {
 	}
 }
 
-// deliver queues an event; past the queue's size the delegate is marked
-// to resync instead.
+// item is one entry of the wait queue: an event, or a Resync due at that
+// point (its reason), which Wait performs when it gets there.
+type item struct {
+	ev     Event
+	resync string
+}
+
+// deliver queues an event; past the queue's size it drops it and marks a
+// Resync due once the queue drains.
 func (d *Delegate) deliver(ev Event, size int) {
-	if ev.Task != nil {
-		d.heard(ev.Task.Task)
-	}
 	d.qmu.Lock()
 	if len(d.queue) >= size {
 		d.overflow = true
 	} else {
-		d.queue = append(d.queue, ev)
+		d.queue = append(d.queue, item{ev: ev})
 	}
 	d.qmu.Unlock()
 	d.signal()
 }
 
-// resync re-reads the delegate's tasks and queues what changed.
-func (d *Delegate) resync(ctx context.Context, reason string) {
-	token, err := d.credentials()
-	if err != nil {
-		return
-	}
+// needResync queues a Resync at this point of the stream: events queued
+// before the break come before it, events after it after.
+func (d *Delegate) needResync(reason string) {
+	d.qmu.Lock()
+	d.queue = append(d.queue, item{resync: reason})
+	d.qmu.Unlock()
+	d.signal()
+}
+
+// resyncNow re-reads the delegate's tasks and returns the Resync: the
+// tasks that changed since the delegate last heard of them.
+func (d *Delegate) resyncNow(ctx context.Context, reason string) (*Resync, error) {
+	// Not through Tasks: that would count them as seen before comparing.
 	var res wire.ListTasksResult
-	if err := d.r.call(ctx, wire.MethodListTasks, wire.ListTasksParams{Token: token}, &res); err != nil {
-		d.r.log.Warn("re-reading a delegate's tasks failed", "delegate", d.ID(), "error", err)
-		return
+	err := d.do(ctx, func(token string) error {
+		return d.r.call(ctx, wire.MethodListTasks, wire.ListTasksParams{Token: token}, &res)
+	})
+	if err != nil {
+		return nil, err
 	}
-	var changed []*wire.Task
+	tasks := res.Tasks
 	d.mu.Lock()
-	for _, t := range res.Tasks {
-		if at, ok := d.known[t.ID]; !ok || !at.Equal(t.UpdatedAt.Time) {
+	var changed []*wire.Task
+	for _, t := range tasks {
+		if at, ok := d.seen[t.ID]; !ok || !at.Equal(t.UpdatedAt.Time) {
 			changed = append(changed, t)
-			d.known[t.ID] = t.UpdatedAt
 		}
 	}
 	d.mu.Unlock()
 	d.qmu.Lock()
 	rename := d.pendingRename
 	d.pendingRename = ""
-	d.overflow = false
-	d.queue = append(d.queue, Event{Resync: &Resync{Reason: reason, Changed: changed, RenamedFrom: rename}})
 	d.qmu.Unlock()
-	d.signal()
+	return &Resync{Reason: reason, Changed: changed, RenamedFrom: rename}, nil
 }
+
+// handedOut records what the delegate now knows of a task from an event
+// Wait gives it.
+func (d *Delegate) handedOut(ev Event) {
+	if ev.Task != nil && ev.Task.Task != nil {
+		d.mu.Lock()
+		d.seen[ev.Task.Task.ID] = ev.Task.Task.UpdatedAt
+		d.mu.Unlock()
+	}
+	if ev.Resync != nil {
+		d.mu.Lock()
+		for _, t := range ev.Resync.Changed {
+			d.seen[t.ID] = t.UpdatedAt
+		}
+		d.mu.Unlock()
+	}
+}
+
+// resyncRetry is how long Wait waits before trying a failed Resync again.
+const resyncRetry = 200 * time.Millisecond
+
+// Waiting reports whether a Wait of the delegate is blocked for an event.
+func (d *Delegate) Waiting() bool { return d.waiters.Load() > 0 }
 
 // Wait returns the delegate's next event: a task event or push addressed
 // to it (never another session's, never another delegate's), or a Resync
@@ -351,39 +417,73 @@ func (d *Delegate) Wait(ctx context.Context) (Event, error) {
 	d.r.mu.Lock()
 	d.r.waiting++
 	d.r.mu.Unlock()
+	d.waiters.Add(1)
 	defer func() {
+		d.waiters.Add(-1)
 		d.r.mu.Lock()
 		d.r.waiting--
 		d.r.mu.Unlock()
 	}()
 	for {
-		d.qmu.Lock()
-		overflow := d.overflow
-		if !overflow && len(d.queue) > 0 {
-			ev := d.queue[0]
-			d.queue[0] = Event{}
-			d.queue = d.queue[1:]
-			more := len(d.queue) > 0
-			d.qmu.Unlock()
-			if more {
-				d.signal() // another waiter may take the next one
-			}
-			return ev, nil
-		}
-		d.qmu.Unlock()
-		if overflow {
-			// Events were dropped: what is queued is incomplete. Re-read.
-			d.qmu.Lock()
-			d.queue = nil
-			d.qmu.Unlock()
-			d.resync(ctx, "the wait queue overflowed")
-			continue
-		}
 		d.mu.Lock()
 		err := d.err
 		d.mu.Unlock()
 		if err != nil {
 			return Event{}, err
+		}
+		if err := ctx.Err(); err != nil {
+			return Event{}, err
+		}
+		d.qmu.Lock()
+		var it item
+		switch {
+		case len(d.queue) > 0:
+			it = d.queue[0]
+			if it.resync == "" {
+				d.queue[0] = item{}
+				d.queue = d.queue[1:]
+			}
+		case d.overflow:
+			it = item{resync: "the wait queue overflowed"}
+		}
+		more := len(d.queue) > 0
+		d.qmu.Unlock()
+		switch {
+		case it.resync != "":
+			rs, err := d.resyncNow(ctx, it.resync)
+			if err == nil {
+				d.qmu.Lock()
+				if len(d.queue) > 0 && d.queue[0].resync == it.resync {
+					d.queue[0] = item{}
+					d.queue = d.queue[1:]
+				} else {
+					d.overflow = false
+				}
+				d.qmu.Unlock()
+				ev := Event{Resync: rs}
+				d.handedOut(ev)
+				d.signal()
+				return ev, nil
+			}
+			// It stays due: try again shortly, unless the delegate or the
+			// caller is done.
+			if errors.Is(err, ErrSettled) || errors.Is(err, ErrClosed) {
+				return Event{}, err
+			}
+			d.r.log.Debug("resync failed; retrying", "delegate", d.ID(), "error", err)
+			select {
+			case <-time.After(resyncRetry):
+			case <-d.dead:
+			case <-ctx.Done():
+				return Event{}, ctx.Err()
+			}
+			continue
+		case it.ev != (Event{}):
+			if more {
+				d.signal() // another waiter may take the next one
+			}
+			d.handedOut(it.ev)
+			return it.ev, nil
 		}
 		select {
 		case <-d.wake:

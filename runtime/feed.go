@@ -142,7 +142,7 @@ func (f *Feed) Next(ctx context.Context) (Item, error) {
 		if d := f.sub.Dropped(); d != f.dropped {
 			// The receiver fell behind: fetch what was dropped now.
 			f.dropped = d
-			if err := f.catchUp(ctx, "the subscription dropped events"); err != nil {
+			if _, err := f.catchUp(ctx, "the subscription dropped events"); err != nil {
 				return Item{}, err
 			}
 			continue
@@ -160,7 +160,7 @@ func (f *Feed) Next(ctx context.Context) (Item, error) {
 			}
 		case <-poll.C:
 			if f.cfg.ShouldPoll == nil || f.cfg.ShouldPoll() {
-				if err := f.catchUp(ctx, ""); err != nil {
+				if _, err := f.catchUp(ctx, ""); err != nil {
 					return Item{}, err
 				}
 			}
@@ -191,16 +191,21 @@ func (f *Feed) take(ctx context.Context, raw []byte) error {
 		return nil // not ours (a bus that broadcasts)
 	}
 	if h.Epoch != f.epoch {
-		// The broker restarted: what came before is gone with it.
-		f.queue = append(f.queue, Item{Reset: &Reset{Epoch: h.Epoch, NewEpoch: true, Reason: "the broker restarted"}})
-		f.resets++
-		f.epoch, f.next = h.Epoch, 1
+		// Another epoch: a late notification of a run that is over, or
+		// the first of a new run. Ask the broker which.
+		answered, err := f.catchUp(ctx, "")
+		if err != nil || !answered || h.Epoch != f.epoch {
+			return err // stale, or unknown for now: replay brings what counts
+		}
 	}
 	switch {
 	case h.Seq < f.next:
 		return nil // already delivered (a replay got there first)
 	case h.Seq > f.next:
-		if err := f.catchUp(ctx, "a gap in seq"); err != nil {
+		answered, err := f.catchUp(ctx, "a gap in seq")
+		if err != nil || !answered {
+			// The broker is out of reach: leave the gap open; a later
+			// replay fills it, this event included.
 			return err
 		}
 		if h.Seq < f.next {
@@ -218,16 +223,18 @@ func (f *Feed) take(ctx context.Context, raw []byte) error {
 }
 
 // catchUp replays everything after the last delivered seq. A gap that
-// replay cannot fill becomes a Reset, after which the feed follows the
-// broker from what it still holds.
-func (f *Feed) catchUp(ctx context.Context, why string) error {
+// replay cannot fill, or a new epoch, becomes a Reset, after which the
+// feed follows the broker from what it still holds. It reports whether
+// the broker answered; a broker out of reach is no error (the next poll
+// tries again).
+func (f *Feed) catchUp(ctx context.Context, why string) (answered bool, err error) {
 	for attempt := 0; ; attempt++ {
 		res, err := f.replay(ctx, f.epoch, f.next-1)
 		var we *wire.Error
 		switch {
 		case err == nil:
 			f.enqueue(res.Events, why)
-			return nil
+			return true, nil
 		case errors.As(err, &we) && errors.Is(err, wire.ErrReplayGap) && we.Data != nil && attempt < 3:
 			newEpoch := we.Data.Epoch != f.epoch
 			reason := "events were lost beyond the replay window"
@@ -246,13 +253,13 @@ func (f *Feed) catchUp(ctx context.Context, why string) error {
 			why = ""
 			// Take what the broker still holds from there on.
 		case errors.Is(err, transport.ErrClosed):
-			return ErrFeedClosed
+			return false, ErrFeedClosed
 		case ctx.Err() != nil:
-			return ctx.Err()
+			return false, ctx.Err()
 		default:
 			// The broker is out of reach for now; the next poll retries.
 			f.log.Debug("replay failed; will retry", "error", err)
-			return nil
+			return false, nil
 		}
 	}
 }
@@ -295,7 +302,8 @@ func (f *Feed) resubscribe(ctx context.Context) error {
 		sub, err := f.sess.Subscribe(ctx)
 		if err == nil {
 			f.sub, f.dropped = sub, 0
-			return f.catchUp(ctx, "resubscribed")
+			_, err := f.catchUp(ctx, "resubscribed")
+			return err
 		}
 		if errors.Is(err, transport.ErrClosed) {
 			return ErrFeedClosed

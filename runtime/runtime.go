@@ -55,6 +55,12 @@ type Runtime struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the pump has stopped
 
+	// naming is held exclusively while a delegate registers (and so may
+	// get or change its agentId), and shared while the pump routes an
+	// event: an event for a delegate being named waits for the name
+	// instead of finding no one.
+	naming sync.RWMutex
+
 	mu        sync.Mutex
 	closed    bool
 	byID      map[string]*Delegate // by current agentId
@@ -117,14 +123,17 @@ func (r *Runtime) pump() {
 			continue
 		}
 		head := it.Event.Head()
+		r.naming.RLock()
 		r.mu.Lock()
 		d := r.byID[head.Recipient]
 		r.mu.Unlock()
+		if d != nil {
+			d.deliver(Event{Task: it.Event.TaskEvent, Push: it.Event.Push}, r.cfg.Queue)
+		}
+		r.naming.RUnlock()
 		if d == nil {
 			r.log.Debug("event for no delegate of this session", "recipient", head.Recipient)
-			continue
 		}
-		d.deliver(Event{Task: it.Event.TaskEvent, Push: it.Event.Push}, r.cfg.Queue)
 	}
 }
 
@@ -135,11 +144,13 @@ func (r *Runtime) resync(reset *Reset) {
 	r.log.Info("resyncing the session's delegates", "reason", reset.Reason, "newEpoch", reset.NewEpoch)
 	for _, d := range r.live() {
 		if reset.NewEpoch {
+			// At once, so that peers can address it again; if that fails,
+			// its next call or Wait does it.
 			if err := d.register(r.ctx); err != nil {
-				r.log.Warn("re-registering a delegate failed", "delegate", d.ID(), "error", err)
+				r.log.Warn("re-registering a delegate failed; it will retry", "delegate", d.ID(), "error", err)
 			}
 		}
-		d.resync(r.ctx, reset.Reason)
+		d.needResync(reset.Reason)
 	}
 }
 
@@ -171,8 +182,11 @@ func (r *Runtime) Spawn(ctx context.Context, card wire.AgentCard) (*Delegate, er
 		return nil, ErrClosed
 	}
 	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
-	d := &Delegate{r: r, instance: uuid.NewString(), asked: card.Name, card: card, known: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
-	if err := d.register(ctx); err != nil {
+	d := &Delegate{r: r, instance: uuid.NewString(), asked: card.Name, card: card, seen: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	// Named and routable in one step: no event for it is routed meanwhile.
+	r.naming.Lock()
+	defer r.naming.Unlock()
+	if err := d.registerLocked(ctx); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()

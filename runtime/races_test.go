@@ -1,0 +1,168 @@
+package runtime_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/pipebus"
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func fakeRuntimes(t *testing.T, cfg runtime.Config, sessions ...string) []*runtime.Runtime {
+	t.Helper()
+	bus := fakebus.New(fakebus.Config{})
+	b, err := broker.New(bus, broker.Config{Logger: quiet(), MaxTasksPerContext: 10000})
+	require.NoError(t, err)
+	cfg.Logger = quiet()
+	var rts []*runtime.Runtime
+	for _, s := range sessions {
+		sess, err := bus.Session(ctxT(t), s)
+		require.NoError(t, err)
+		rt, err := runtime.New(ctxT(t), sess, cfg)
+		require.NoError(t, err)
+		rts = append(rts, rt)
+	}
+	t.Cleanup(func() {
+		for _, rt := range rts {
+			rt.Close()
+		}
+		bus.Close()
+		b.Close()
+	})
+	return rts
+}
+
+// TestSettleRacingACallLeavesNoRegistration: a call that meets Settle's
+// deregistration must not register the delegate again.
+func TestSettleRacingACallLeavesNoRegistration(t *testing.T) {
+	rts := fakeRuntimes(t, runtime.Config{}, "s1")
+	observer, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: "observer"})
+	require.NoError(t, err)
+	for i := range 200 {
+		d, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: fmt.Sprint("d", i)})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		wg.Go(func() { d.Peers(ctxT(t)) })
+		wg.Go(func() { assert.NoError(t, d.Settle(ctxT(t))) })
+		wg.Wait()
+	}
+	peers, err := observer.Peers(ctxT(t))
+	require.NoError(t, err)
+	assert.Empty(t, peers, "every delegate settled")
+}
+
+// TestEventsDuringSpawnReachTheNewDelegate: an event sent to a delegate
+// the moment its name is registered waits for its routing instead of
+// being dropped.
+func TestEventsDuringSpawnReachTheNewDelegate(t *testing.T) {
+	rts := fakeRuntimes(t, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 20 * time.Millisecond}}, "s1", "s2")
+	asker, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: "asker"})
+	require.NoError(t, err)
+	for i := range 100 {
+		name := fmt.Sprint("w", i)
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			for {
+				if _, err := asker.Send(context.Background(), name, wire.Message{Parts: []wire.Part{wire.TextPart("job")}}, nil); err == nil {
+					return
+				}
+			}
+		}()
+		w, err := rts[1].Spawn(ctxT(t), wire.AgentCard{Name: name})
+		require.NoError(t, err)
+		<-sent
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ev, err := w.Wait(ctx)
+		cancel()
+		require.NoError(t, err, "the created event for %s was lost", name)
+		require.NotNil(t, ev.Task)
+		require.NoError(t, w.Settle(ctxT(t)))
+	}
+}
+
+// TestOverflowResyncNamesTheDroppedTasks: with a queue of one, three
+// tasks arrive; the delegate gets the first as an event, then a Resync
+// that names the two whose events were dropped.
+func TestOverflowResyncNamesTheDroppedTasks(t *testing.T) {
+	rts := fakeRuntimes(t, runtime.Config{Queue: 1}, "s1", "s2")
+	asker, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: "asker"})
+	require.NoError(t, err)
+	worker, err := rts[1].Spawn(ctxT(t), wire.AgentCard{Name: "worker"})
+	require.NoError(t, err)
+	var ids []string
+	for range 3 {
+		task, err := asker.Send(ctxT(t), "worker", wire.Message{Parts: []wire.Part{wire.TextPart("job")}}, nil)
+		require.NoError(t, err)
+		ids = append(ids, task.ID)
+	}
+	first, err := worker.Wait(ctxT(t))
+	require.NoError(t, err)
+	got := map[string]bool{}
+	if first.Task != nil {
+		got[first.Task.TaskID] = true
+		ev, err := worker.Wait(ctxT(t))
+		require.NoError(t, err)
+		first = ev
+	}
+	require.NotNil(t, first.Resync, "after an overflow comes a Resync")
+	for _, task := range first.Resync.Changed {
+		got[task.ID] = true
+	}
+	for _, id := range ids {
+		assert.True(t, got[id], "task %s was neither delivered nor named by the Resync", id)
+	}
+}
+
+// TestOverflowResyncEndsWithTheDelegate: a Resync due on a delegate that
+// settles does not keep Wait busy.
+func TestOverflowResyncEndsWithTheDelegate(t *testing.T) {
+	rts := fakeRuntimes(t, runtime.Config{Queue: 1}, "s1", "s2")
+	asker, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: "asker"})
+	require.NoError(t, err)
+	worker, err := rts[1].Spawn(ctxT(t), wire.AgentCard{Name: "worker"})
+	require.NoError(t, err)
+	for range 3 {
+		_, err := asker.Send(ctxT(t), "worker", wire.Message{Parts: []wire.Part{wire.TextPart("job")}}, nil)
+		require.NoError(t, err)
+	}
+	require.NoError(t, worker.Settle(ctxT(t)))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = worker.Wait(ctx)
+	assert.ErrorIs(t, err, runtime.ErrSettled)
+}
+
+// TestWaitEndsWhenThePipeBrokerIsGone: once the pipe's broker end is gone
+// for good, a waiting delegate is told, not left waiting.
+func TestWaitEndsWhenThePipeBrokerIsGone(t *testing.T) {
+	bus, client, err := pipebus.Pair(pipebus.Config{Logger: quiet()}, pipebus.ClientConfig{Logger: quiet()})
+	require.NoError(t, err)
+	b, err := broker.New(bus, broker.Config{Logger: quiet()})
+	require.NoError(t, err)
+	defer client.Close()
+	sess, err := client.Session(ctxT(t), "s1")
+	require.NoError(t, err)
+	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Logger: quiet(), Feed: runtime.FeedConfig{PollInterval: 50 * time.Millisecond}})
+	require.NoError(t, err)
+	defer rt.Close()
+	d, err := rt.Spawn(ctxT(t), wire.AgentCard{Name: "a"})
+	require.NoError(t, err)
+	bus.Close()
+	b.Close()
+	<-client.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = d.Wait(ctx)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Wait ends with the broker, not with its own deadline")
+}
