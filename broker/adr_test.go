@@ -3,6 +3,7 @@ package broker_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -569,4 +570,27 @@ func TestLifecycle(t *testing.T) {
 		_, err = a.call(wire.MethodListTasks, map[string]any{"state": "sleeping"})
 		requireCode(t, err, wire.ErrInvalidParams)
 	})
+}
+
+func TestATaskCannotGrowWithoutBound(t *testing.T) {
+	e := newEnv(t, broker.Config{MaxTaskBytes: 8 << 10})
+	a := e.register("s1", "a")
+	b := e.register("s2", "b")
+	task := a.mustSend("b", "start")
+	chunk := strings.Repeat("x", 1500)
+	var err error
+	n := 0
+	for ; n < 20; n++ {
+		if _, err = a.reply(task.ID, chunk); err != nil {
+			break
+		}
+	}
+	requireCode(t, err, wire.ErrInvalidParams)
+	assert.Less(t, n, 8, "refused once the task holds about 8 KiB")
+	// The task is intact and can still be closed.
+	got, err := b.update(task.ID, wire.StateCompleted, "")
+	require.NoError(t, err)
+	assert.Len(t, got.History, n+1)
+	_, err = a.send("b", strings.Repeat("y", 9<<10))
+	requireCode(t, err, wire.ErrInvalidParams)
 }

@@ -21,6 +21,7 @@ const (
 	DefaultMaxTasksPerContext = 32
 	DefaultReplayWindow       = 10000
 	DefaultReplayBytes        = 16 << 20
+	DefaultMaxTaskBytes       = 16 << 20
 	DefaultOrphanTimeout      = 10 * time.Minute
 	// pruneEvery is how often the broker prunes terminal tasks.
 	pruneEvery = time.Minute
@@ -46,6 +47,11 @@ type Config struct {
 	// a2a.events.replay: the longest outage a runtime can bridge without
 	// re-reading its tasks. 0 means DefaultReplayWindow.
 	ReplayWindow int
+	// MaxTaskBytes caps the size of one task (its messages, artifacts and
+	// metadata), so that a long conversation cannot grow a task, and every
+	// response that carries it, without bound. 0 means
+	// DefaultMaxTaskBytes.
+	MaxTaskBytes int
 	// ReplayBytes caps the bytes of the notifications kept per session, so
 	// that large messages cannot make the replay window hold gigabytes;
 	// the oldest go first. 0 means DefaultReplayBytes.
@@ -112,6 +118,9 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	}
 	if cfg.ReplayWindow <= 0 {
 		cfg.ReplayWindow = DefaultReplayWindow
+	}
+	if cfg.MaxTaskBytes <= 0 {
+		cfg.MaxTaskBytes = DefaultMaxTaskBytes
 	}
 	if cfg.ReplayBytes <= 0 {
 		cfg.ReplayBytes = DefaultReplayBytes

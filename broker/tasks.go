@@ -30,7 +30,8 @@ func (b *Broker) lockTask(id string) func() {
 }
 
 func (b *Broker) send(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	var p wire.SendParams
+	var p sendParams
+	p.size = len(params)
 	// send takes its own holds: a new task needs both members held.
 	return b.withCaller(from, params, &p, &p.Token, false, func(self *agent) (any, *wire.Error) {
 		if p.Message == nil {
@@ -41,6 +42,9 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 		}
 		if err := validObject("metadata", p.Metadata); err != nil {
 			return nil, err
+		}
+		if p.size > b.cfg.MaxTaskBytes {
+			return nil, wire.ErrInvalidParams.Withf("message: a task holds at most %d bytes", b.cfg.MaxTaskBytes)
 		}
 		if p.TaskID != "" {
 			if p.Oneway {
@@ -160,7 +164,21 @@ func (b *Broker) stamp(m wire.Message, from *agent, role wire.Role, taskID, cont
 	return m
 }
 
-func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.SendParams) (any, *wire.Error) {
+// sendParams are a2a.message.send's params and their encoded size, which
+// a task's size grows by.
+type sendParams struct {
+	wire.SendParams
+	size int
+}
+
+// errTooBig aborts an update that would take a task over MaxTaskBytes.
+var errTooBig = errors.New("task too big")
+
+func (b *Broker) tooBig() *wire.Error {
+	return wire.ErrInvalidParams.Withf("the task would exceed %d bytes; start a new task", b.cfg.MaxTaskBytes)
+}
+
+func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *sendParams) (any, *wire.Error) {
 	// Hold both members, so that neither can be deregistered before the
 	// task exists: a task is never assigned to a dead agent, nor requested
 	// by one.
@@ -193,6 +211,7 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		},
 		RequesterInstance: self.instance,
 		AgentInstance:     peer.instance,
+		Size:              p.size,
 	}
 	unlock := b.lockTask(id)
 	defer unlock()
@@ -261,7 +280,7 @@ func (b *Broker) other(rec *store.Record, actor member) (id, session string) {
 
 var errTerminal = errors.New("task is terminal")
 
-func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams) (any, *wire.Error) {
+func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *sendParams) (any, *wire.Error) {
 	rec, m, werr := b.loadTask(ctx, self, p.TaskID)
 	if werr != nil {
 		return nil, werr
@@ -287,12 +306,19 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 		if r.Task.Status.State.Terminal() {
 			return errTerminal
 		}
+		if r.Size+p.size > b.cfg.MaxTaskBytes {
+			return errTooBig
+		}
+		r.Size += p.size
 		r.Task.History = append(r.Task.History, msg)
 		r.Task.UpdatedAt = wire.NewTime(b.cfg.Now())
 		return nil
 	})
 	if errors.Is(err, errTerminal) {
 		return nil, wire.ErrInvalidTransition.Withf("task %s is already terminal", p.TaskID)
+	}
+	if errors.Is(err, errTooBig) {
+		return nil, b.tooBig()
 	}
 	if err != nil {
 		return nil, b.internal("append message", err)
@@ -342,6 +368,7 @@ func (b *Broker) listTasks(ctx context.Context, from transport.Caller, params js
 
 func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.UpdateParams
+	size := len(params)
 	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
 		switch p.State {
 		case wire.StateWorking, wire.StateInputRequired, wire.StateCompleted, wire.StateFailed, wire.StateRejected:
@@ -378,7 +405,7 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 				p.Artifacts[i].ArtifactID = uuid.NewString()
 			}
 		}
-		return b.transition(ctx, self, rec, m, p.State, msg, p.Artifacts)
+		return b.transition(ctx, self, rec, m, p.State, msg, p.Artifacts, size)
 	})
 }
 
@@ -392,12 +419,12 @@ func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params j
 		if m != requester {
 			return nil, wire.ErrInvalidTransition.Withf("only the requester cancels a task; update it to failed or rejected instead")
 		}
-		return b.transition(ctx, self, rec, m, wire.StateCanceled, nil, nil)
+		return b.transition(ctx, self, rec, m, wire.StateCanceled, nil, nil, 0)
 	})
 }
 
 // transition moves an open task to state and notifies the other member.
-func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record, m member, state wire.State, msg *wire.Message, artifacts []wire.Artifact) (any, *wire.Error) {
+func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record, m member, state wire.State, msg *wire.Message, artifacts []wire.Artifact, size int) (any, *wire.Error) {
 	otherID, otherSession := b.other(rec, m)
 	id := rec.Task.ID
 	unlock := b.lockTask(id)
@@ -405,6 +432,12 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 	rec, err := b.store.Update(ctx, id, func(r *store.Record) error {
 		if r.Task.Status.State.Terminal() {
 			return errTerminal
+		}
+		if msg != nil || len(artifacts) > 0 {
+			if r.Size+size > b.cfg.MaxTaskBytes {
+				return errTooBig
+			}
+			r.Size += size
 		}
 		now := wire.NewTime(b.cfg.Now())
 		r.Task.Status = wire.TaskStatus{State: state, Timestamp: now, Message: msg}
@@ -417,6 +450,9 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 	})
 	if errors.Is(err, errTerminal) {
 		return nil, wire.ErrInvalidTransition.Withf("task %s is already terminal", id)
+	}
+	if errors.Is(err, errTooBig) {
+		return nil, b.tooBig()
 	}
 	if err != nil {
 		return nil, b.internal("update task", err)

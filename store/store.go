@@ -37,6 +37,9 @@ type Record struct {
 	// membership is checked against them, never against names.
 	RequesterInstance string `json:"requesterInstance"`
 	AgentInstance     string `json:"agentInstance"`
+	// Size approximates the task's encoded size, so that the broker can
+	// keep any one task from growing without bound.
+	Size int `json:"size,omitempty"`
 }
 
 // Clone returns a deep copy of r.
