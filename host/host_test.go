@@ -181,6 +181,7 @@ func TestSettleDeregisters(t *testing.T) {
 		wait(t, d2)
 		waiting := make(chan error, 1)
 		go func() { _, err := d2.Wait(context.Background()); waiting <- err }()
+		require.Eventually(t, d2.Waiting, 10*time.Second, time.Millisecond, "the Wait is blocked before Settle")
 		require.NoError(t, d2.Settle(ctxT(t)))
 		select {
 		case err := <-waiting:

@@ -56,6 +56,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{"unknown flag", []string{"--frob"}, "frob"},
 		{"unknown bus", []string{"--bus=carrier-pigeon"}, `--bus: "carrier-pigeon"`},
 		{"zero cap", []string{"--max-tasks-per-context=0"}, "--max-tasks-per-context"},
+		{"NATS flag on the pipe", []string{"--bus=pipe", "--listen=127.0.0.1:0"}, "--listen is for the NATS bus"},
 		{"bad level", []string{"--bus=pipe", "--log-level=loud"}, "--log-level"},
 		{"config: unknown key", []string{"--config", writeConfig(t, `{"bus":"pipe","max-taks-per-context":3}`)}, `unknown key "max-taks-per-context"`},
 		{"config: bad value", []string{"--config", writeConfig(t, `{"max-tasks-per-context":"many"}`)}, `key "max-tasks-per-context": bad value "many"`},

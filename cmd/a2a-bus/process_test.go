@@ -136,6 +136,7 @@ func TestNonLoopbackListenIsRefused(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 2, exit.ExitCode(), "a bad setting")
 	assert.Contains(t, string(out), "not loopback")
 }
 

@@ -139,6 +139,13 @@ func (o *serveOptions) validate() error {
 	if o.natsURL != "" && (o.listen != "" || o.allowRemote) {
 		return usageErrorf("--listen and --allow-remote configure the embedded server; --nats-url uses another")
 	}
+	if o.bus == "pipe" {
+		for name, set := range map[string]bool{"listen": o.listen != "", "allow-remote": o.allowRemote, "nats-url": o.natsURL != "", "nats-creds": o.natsCreds != "", "connection-file": o.connectionFile != ""} {
+			if set {
+				return usageErrorf("--%s is for the NATS bus, not --bus=pipe", name)
+			}
+		}
+	}
 	return nil
 }
 
@@ -200,6 +207,9 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		MaxMessageBytes: o.maxMessageBytes,
 		Logger:          log,
 	})
+	if errors.Is(err, natsbus.ErrNotLoopback) || errors.Is(err, natsbus.ErrBadListen) {
+		return fmt.Errorf("%w: --listen: %v", errUsage, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -60,6 +60,13 @@ func Lock(path string) (*Claim, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("connection file: %w", err)
 	}
+	// The project's own folder is 0700 even if it existed before; a
+	// folder the user named is theirs to set.
+	if filepath.Base(dir) == "a2a-bus" {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("connection file: %w", err)
+		}
+	}
 	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("connection file: %w", err)
@@ -82,7 +89,9 @@ func (c *Claim) Path() string { return c.path }
 func (c *Claim) Write(info Info) error { return write(c.path, info) }
 
 // Release removes the file and lets the lock go; call it on clean
-// shutdown. Idempotent.
+// shutdown. The lock file stays: removing it while locked would let a
+// second broker lock a new file beside a first one still running.
+// Idempotent.
 func (c *Claim) Release() error {
 	var err error
 	c.once.Do(func() {
@@ -90,7 +99,6 @@ func (c *Claim) Release() error {
 		if errors.Is(err, os.ErrNotExist) {
 			err = nil
 		}
-		os.Remove(c.path + ".lock")
 		c.lock.Close()
 	})
 	return err

@@ -78,3 +78,15 @@ func TestStaleFileIsReplacedLiveOneRefused(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestOwnFolderIsMade0700(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a2a-bus")
+	require.NoError(t, os.Mkdir(dir, 0o777))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	c, err := connfile.Lock(filepath.Join(dir, "connection.json"))
+	require.NoError(t, err)
+	defer c.Release()
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+}

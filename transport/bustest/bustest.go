@@ -87,6 +87,7 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) Harness) {
 		{"Serve/ConcurrentCallsGetTheirOwnResponses", s.testConcurrentCalls},
 		{"Serve/CloseCancelsHandlerContexts", s.testCloseCancelsHandlers},
 		{"Serve/CloseFailsPendingCalls", s.testCloseFailsPending},
+		{"Publish/ReachesSubscriptionsFromTheStart", s.testPublishAfterSubscribe},
 		{"Publish/ReachesOnlyTheSessionsSubscribers", s.testPublishRouting},
 		{"Publish/KeepsOrderPerSession", s.testPublishOrder},
 		{"Publish/EverySubscriptionReceivesEverything", s.testManySubscriptions},
@@ -245,10 +246,10 @@ func seqOf(t *testing.T, msg []byte) uint64 {
 	return h.Seq
 }
 
-// syncSub makes sure a subscription is live at the broker side: it
-// publishes markers (seq 0) until one arrives. Buses whose Subscribe
-// returns before the server has registered the interest (NATS) need this;
-// for the others it costs one round. receive skips markers.
+// syncSub waits until a marker (seq 0) published after Subscribe arrives.
+// Every bus must pass without it (Publish/ReachesSubscriptionsFromTheStart
+// checks that); tests use it to be sure that what they publish next is
+// not racing anything earlier. receive skips markers.
 func syncSub(t *testing.T, bus transport.Bus, session string, sub transport.Subscription) {
 	t.Helper()
 	deadline := time.Now().Add(Timeout)
@@ -448,6 +449,18 @@ func (s *suite) testPublishRouting(t *testing.T, h Harness) {
 	// Had s2's reached s1 too, it would come before this one.
 	require.NoError(t, h.Bus.Publish(s1.ID(), note(s1.ID(), 3)))
 	assert.Equal(t, uint64(3), seqOf(t, receive(t, sub1)), "s1's next notification is its own, not s2's")
+}
+
+// testPublishAfterSubscribe: a notification published right after
+// Subscribe returns is received, with no marker to wait for.
+func (s *suite) testPublishAfterSubscribe(t *testing.T, h Harness) {
+	require.NoError(t, h.Bus.Serve(&echo{}))
+	for i := range 20 {
+		id := fmt.Sprint("fresh-", i)
+		sub := subscribe(t, session(t, h, id))
+		require.NoError(t, h.Bus.Publish(id, note(id, 1)))
+		assert.Equal(t, uint64(1), seqOf(t, receive(t, sub)))
+	}
 }
 
 func (s *suite) testPublishOrder(t *testing.T, h Harness) {

@@ -1,0 +1,333 @@
+package bustest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// The benchmarks below run identical work on any bus, so that bench/
+// compares buses side by side. Each takes a fresh Harness; those that
+// need a broker start one on Harness.Bus.
+
+// window bounds the notifications in flight in the throughput benchmarks,
+// on the bus and on the raw transports alike, so that a fast publisher
+// measures delivery rather than how many a buffer drops.
+const window = 1024
+
+// SampleEvent returns a typical a2a.task.event of about 600 bytes, as the
+// broker encodes it, for session.
+func SampleEvent(session string, seq uint64) []byte {
+	text := "Shall we share the roundtable? I take seat 1."
+	at := wire.NewTime(time.Date(2026, 9, 5, 12, 0, 0, 0, time.UTC))
+	task := &wire.Task{ID: "01929c6e-7f7c-7a10-9c7b-3f2f0a4d5e6f", ContextID: "chat-1", RequesterName: "discussant",
+		AgentName: "discussant-2", AgentContextID: session, Status: wire.TaskStatus{State: wire.StateSubmitted, Timestamp: at},
+		Artifacts: []wire.Artifact{}, CreatedAt: at, UpdatedAt: at}
+	ev := &wire.TaskEvent{
+		EventHead: wire.EventHead{Recipient: "discussant-2", RecipientContextID: session, ContextID: "chat-1", Seq: seq, Epoch: "5c2f7a8e9b0d4c1f8a6e3b2d1c0f9e8d"},
+		TaskID:    task.ID, Kind: wire.EventCreated, Task: task,
+		Message: &wire.Message{MessageID: "m-1", Role: wire.RoleUser, Parts: []wire.Part{{Kind: wire.KindText, Text: &text}}, From: "discussant", TaskID: task.ID, ContextID: "chat-1"},
+	}
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": wire.NotifyTaskEvent, "params": ev})
+	return b
+}
+
+// BenchmarkEvents measures notifications delivered to one subscribed
+// session: Publish on the broker side, receive and decode on the session
+// side, at most window in flight.
+func BenchmarkEvents(b *testing.B, h Harness) {
+	ctx := context.Background()
+	sess, err := h.Client.Session(ctx, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub, err := sess.Subscribe(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Close()
+	if err := h.Bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return nil })); err != nil {
+		b.Fatal(err)
+	}
+	msg := SampleEvent("bench", 1)
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var received atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < b.N; i++ {
+			m, ok := <-sub.C()
+			if !ok {
+				done <- fmt.Errorf("subscription ended after %d", i)
+				return
+			}
+			if _, err := wire.DecodeEvent(m); err != nil {
+				done <- err
+				return
+			}
+			received.Add(1)
+		}
+		done <- nil
+	}()
+	for i := 0; i < b.N; i++ {
+		for int64(i)-received.Load() >= window {
+			time.Sleep(10 * time.Microsecond)
+		}
+		if err := h.Bus.Publish("bench", msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if d := sub.Dropped(); d > 0 {
+		b.Fatalf("%d notifications dropped", d)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkRawChannel is the fake bus's raw transport: the same bytes
+// through a Go channel, decoded.
+func BenchmarkRawChannel(b *testing.B) {
+	msg := SampleEvent("bench", 1)
+	ch := make(chan []byte, window)
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < b.N; i++ {
+			if _, err := wire.DecodeEvent(<-ch); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < b.N; i++ {
+		ch <- msg
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// Latency summarizes round-trip times.
+type Latency struct{ P50, P99 time.Duration }
+
+func percentiles(d []time.Duration) Latency {
+	if len(d) == 0 {
+		return Latency{}
+	}
+	slices.Sort(d)
+	at := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+	return Latency{P50: at(0.50), P99: at(0.99)}
+}
+
+// ReportLatency adds p50 and p99 (in µs) to a benchmark's results.
+func ReportLatency(b *testing.B, d []time.Duration) Latency {
+	l := percentiles(d)
+	b.ReportMetric(float64(l.P50.Nanoseconds())/1000, "p50-µs")
+	b.ReportMetric(float64(l.P99.Nanoseconds())/1000, "p99-µs")
+	return l
+}
+
+// benchBroker starts a broker on h.Bus unless the broker runs elsewhere.
+func benchBroker(b *testing.B, h Harness, cfg broker.Config) func() {
+	if h.Bus == nil {
+		return func() {}
+	}
+	cfg.Logger = quiet()
+	br, err := broker.New(h.Bus, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() { br.Close() }
+}
+
+type benchAgent struct {
+	sess  transport.Session
+	sub   transport.Subscription
+	id    string
+	token string
+}
+
+func benchRegister(b *testing.B, h Harness, session, name string, subscribe bool) *benchAgent {
+	ctx := context.Background()
+	s, err := h.Client.Session(ctx, session)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &benchAgent{sess: s}
+	if subscribe {
+		if a.sub, err = s.Subscribe(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	res, err := s.Call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: session, Card: &wire.AgentCard{Name: name}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var r wire.RegisterResult
+	if err := json.Unmarshal(res, &r); err != nil {
+		b.Fatal(err)
+	}
+	a.id, a.token = r.AgentID, r.Token
+	return a
+}
+
+func (a *benchAgent) next(b *testing.B) *wire.TaskEvent {
+	select {
+	case m, ok := <-a.sub.C():
+		if !ok {
+			b.Fatal("subscription ended")
+		}
+		ev, err := wire.DecodeEvent(m)
+		if err != nil || ev.TaskEvent == nil {
+			b.Fatalf("bad event: %v", err)
+		}
+		return ev.TaskEvent
+	case <-time.After(10 * time.Second):
+		b.Fatal("no event")
+		return nil
+	}
+}
+
+// BenchmarkRoundTrip measures the A2A round trip through the broker: a
+// send creates a task, the assignee's session receives the event, the
+// assignee completes the task, the requester's session receives the
+// event. It reports p50 and p99.
+func BenchmarkRoundTrip(b *testing.B, h Harness) {
+	defer benchBroker(b, h, broker.Config{MaxTasksPerContext: 1 << 30})()
+	ctx := context.Background()
+	req := benchRegister(b, h, "rt-1", "requester", true)
+	asg := benchRegister(b, h, "rt-2", "assignee", true)
+	send := wire.SendParams{Token: req.token, To: asg.id, Message: &wire.Message{Parts: []wire.Part{wire.TextPart("take seat 2?")}}}
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := req.sess.Call(ctx, wire.MethodSend, send); err != nil {
+			b.Fatal(err)
+		}
+		created := asg.next(b)
+		if _, err := asg.sess.Call(ctx, wire.MethodUpdateTask, wire.UpdateParams{Token: asg.token, TaskID: created.TaskID, State: wire.StateCompleted}); err != nil {
+			b.Fatal(err)
+		}
+		if done := req.next(b); !done.Final {
+			b.Fatal("not final")
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	ReportLatency(b, lat)
+}
+
+// BenchmarkSessions measures the cost of one event when n sessions are
+// live, each subscribed: the broker-side Publish to a session chosen in
+// turn, and its delivery.
+func BenchmarkSessions(b *testing.B, h Harness, n int) {
+	ctx := context.Background()
+	if err := h.Bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return nil })); err != nil {
+		b.Fatal(err)
+	}
+	subs := make([]transport.Subscription, n)
+	msgs := make([][]byte, n)
+	for i := range n {
+		id := fmt.Sprint("s", i)
+		s, err := h.Client.Session(ctx, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if subs[i], err = s.Subscribe(ctx); err != nil {
+			b.Fatal(err)
+		}
+		msgs[i] = SampleEvent(id, 1)
+	}
+	var received atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for _, sub := range subs {
+		wg.Go(func() {
+			for {
+				select {
+				case m, ok := <-sub.C():
+					if !ok {
+						return
+					}
+					if _, err := wire.DecodeNotificationHead(m); err == nil {
+						received.Add(1)
+					}
+				case <-stop:
+					return
+				}
+			}
+		})
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for int64(i)-received.Load() >= window {
+			time.Sleep(10 * time.Microsecond)
+		}
+		if err := h.Bus.Publish(fmt.Sprint("s", i%n), msgs[i%n]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for received.Load() < int64(b.N) {
+		time.Sleep(10 * time.Microsecond)
+	}
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	for _, s := range subs {
+		if s.Dropped() > 0 {
+			b.Fatal("dropped")
+		}
+	}
+}
+
+// BenchmarkListAgents measures a2a.agents.list with n agents registered.
+func BenchmarkListAgents(b *testing.B, h Harness, n int) {
+	defer benchBroker(b, h, broker.Config{})()
+	ctx := context.Background()
+	caller := benchRegister(b, h, "lister", "lister", false)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range n - 1 {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s, err := h.Client.Session(ctx, fmt.Sprint("s", i%100))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := s.Call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: s.ID(), Card: &wire.AgentCard{Name: fmt.Sprint("agent-", i), Description: "a benchmark agent"}}); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := caller.sess.Call(ctx, wire.MethodListAgents, wire.TokenParams{Token: caller.token}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
