@@ -1,0 +1,287 @@
+// Command bench compares the buses on identical work, each beside the raw
+// transport it sits on, in one run, and writes the results as a Markdown
+// table, an SVG chart and (with --format json) one JSON object per case.
+//
+//	go run ./bench                 # full run, results in docs/bench
+//	go run ./bench --quick         # under a minute on 2 cores
+//	go run ./bench --format json   # JSON on stdout as well
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/store/boltstore"
+	"github.com/a2a-bus/a2a-bus/store/storetest"
+	"github.com/a2a-bus/a2a-bus/transport/bustest"
+)
+
+// Result is one (bus, case) measurement.
+type Result struct {
+	Bus         string             `json:"bus"`
+	Case        string             `json:"case"`
+	NsPerOp     float64            `json:"nsPerOp"`
+	AllocsPerOp int64              `json:"allocsPerOp"`
+	BytesPerOp  int64              `json:"bytesPerOp"`
+	Metrics     map[string]float64 `json:"metrics,omitempty"`
+	// Ratio compares the case with Against (the raw transport, or the
+	// one-session case), and Target is the goal for it.
+	Ratio   float64 `json:"ratio,omitempty"`
+	Against string  `json:"against,omitempty"`
+	Target  string  `json:"target,omitempty"`
+	Met     *bool   `json:"met,omitempty"`
+}
+
+func main() {
+	quick := flag.Bool("quick", false, "short runs and fewer points: under a minute on 2 cores")
+	format := flag.String("format", "markdown", "markdown, or json: also print one JSON object per case on stdout")
+	out := flag.String("out", filepath.Join("docs", "bench"), "the folder the results are written to")
+	flag.Parse()
+	if *format != "markdown" && *format != "json" {
+		fmt.Fprintln(os.Stderr, "bench: --format must be markdown or json")
+		os.Exit(2)
+	}
+	testing.Init()
+	benchtime := "1s"
+	if *quick {
+		benchtime = "150ms"
+	}
+	flag.Set("test.benchtime", benchtime)
+
+	r := &runner{quick: *quick}
+	if err := r.all(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	md := r.markdown()
+	files := map[string][]byte{"results.md": []byte(md), "chart.svg": []byte(r.chart())}
+	js, _ := json.MarshalIndent(r.results, "", "  ")
+	files["results.json"] = append(js, '\n')
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(*out, name), data, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+	}
+	if *format == "json" {
+		enc := json.NewEncoder(os.Stdout)
+		for _, res := range r.results {
+			enc.Encode(res)
+		}
+	} else {
+		fmt.Print(md)
+	}
+	fmt.Fprintf(os.Stderr, "bench: wrote results.md, results.json and chart.svg to %s\n", *out)
+}
+
+type runner struct {
+	quick   bool
+	results []Result
+}
+
+func (r *runner) run(bus, name string, fn func(b *testing.B)) Result {
+	fmt.Fprintf(os.Stderr, "bench: %-12s %s\n", bus, name)
+	br := testing.Benchmark(fn)
+	res := Result{Bus: bus, Case: name, AllocsPerOp: br.AllocsPerOp(), BytesPerOp: br.AllocedBytesPerOp(), Metrics: map[string]float64{}}
+	if br.N > 0 {
+		res.NsPerOp = float64(br.T.Nanoseconds()) / float64(br.N)
+	}
+	for k, v := range br.Extra {
+		res.Metrics[k] = v
+	}
+	if res.NsPerOp == 0 {
+		fmt.Fprintf(os.Stderr, "bench: %s %s failed (see above)\n", bus, name)
+	}
+	return res
+}
+
+func (r *runner) add(res Result) { r.results = append(r.results, res) }
+
+func met(ok bool) *bool { return &ok }
+
+func (r *runner) all() error {
+	raws := map[string]func(b *testing.B){
+		"fake":        bustest.BenchmarkRawChannel,
+		"pipe":        rawPipe,
+		"nats-inproc": rawNATS(false),
+		"nats-tcp":    rawNATS(true),
+	}
+	rawNames := map[string]string{"fake": "Go channel", "pipe": "JSON lines over os.Pipe", "nats-inproc": "nats.go pub/sub in-process", "nats-tcp": "nats.go pub/sub over TCP"}
+
+	// 1. Event throughput, beside the raw transport.
+	for _, k := range buses {
+		raw := r.run(k.name, "events raw: "+rawNames[k.name], raws[k.name])
+		bus := r.run(k.name, "events", onBus(k, bustest.BenchmarkEvents))
+		if raw.NsPerOp > 0 && bus.NsPerOp > 0 {
+			bus.Ratio = raw.NsPerOp / bus.NsPerOp
+			bus.Against = raw.Case
+			if k.name == "pipe" || k.name == "nats-inproc" {
+				bus.Target = "≥ 0.8 × raw"
+				bus.Met = met(bus.Ratio >= 0.8)
+			}
+		}
+		r.add(raw)
+		r.add(bus)
+	}
+
+	// 2. Round trip through the broker, beside raw request/reply.
+	rawRR := map[bool]Result{}
+	for _, tcp := range []bool{false, true} {
+		name := "request/reply raw: nats.go in-process"
+		if tcp {
+			name = "request/reply raw: nats.go over TCP"
+		}
+		rawRR[tcp] = r.run("nats", name, rawRequestReply(tcp))
+		r.add(rawRR[tcp])
+	}
+	for _, k := range buses {
+		res := r.run(k.name, "round trip", onBus(k, bustest.BenchmarkRoundTrip))
+		raw := rawRR[k.name == "nats-tcp"]
+		if p, q := res.Metrics["p50-µs"], raw.Metrics["p50-µs"]; p > 0 && q > 0 {
+			res.Ratio = p / q
+			res.Against = raw.Case + " p50"
+			res.Target = "p50 ≤ 4 × raw p50"
+			res.Met = met(res.Ratio <= 4)
+		}
+		r.add(res)
+	}
+
+	// 3. Scaling with live sessions, and agents.list with registered agents.
+	sessions := []int{1, 10, 100, 1000}
+	for _, k := range buses {
+		var one float64
+		for _, n := range sessions {
+			res := r.run(k.name, fmt.Sprintf("event with %d sessions", n), onBus(k, func(b *testing.B, h bustest.Harness) { bustest.BenchmarkSessions(b, h, n) }))
+			if n == 1 {
+				one = res.NsPerOp
+			} else if one > 0 && res.NsPerOp > 0 {
+				res.Ratio = res.NsPerOp / one
+				res.Against = "event with 1 sessions"
+				if n == 1000 && (k.name == "nats-inproc" || k.name == "nats-tcp") {
+					res.Target = "≤ 1.25 × 1 session"
+					res.Met = met(res.Ratio <= 1.25)
+				}
+			}
+			r.add(res)
+		}
+	}
+	agents := []int{10, 100, 1000, 10000}
+	if r.quick {
+		agents = []int{10, 1000, 10000}
+	}
+	for _, k := range buses {
+		for _, n := range agents {
+			r.add(r.run(k.name, fmt.Sprintf("agents.list of %d", n), onBus(k, func(b *testing.B, h bustest.Harness) { bustest.BenchmarkListAgents(b, h, n) })))
+		}
+	}
+
+	// 4. The stores.
+	for _, senders := range []int{1, 64} {
+		mem := r.run("store", fmt.Sprintf("create, memory, %d senders", senders), func(b *testing.B) {
+			storetest.BenchmarkCreate(b, func(*testing.B) store.Store { return store.NewMemory() }, senders)
+		})
+		dur := r.run("store", fmt.Sprintf("create, durable, %d senders", senders), func(b *testing.B) {
+			storetest.BenchmarkCreate(b, func(b *testing.B) store.Store {
+				s, err := boltstore.Open(b.TempDir(), boltstore.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return s
+			}, senders)
+		})
+		if mem.NsPerOp > 0 && dur.NsPerOp > 0 {
+			dur.Ratio = mem.NsPerOp / dur.NsPerOp
+			dur.Against = mem.Case
+			if senders == 64 {
+				dur.Target = "≥ 0.25 × memory"
+				dur.Met = met(dur.Ratio >= 0.25)
+			}
+		}
+		r.add(mem)
+		r.add(dur)
+	}
+
+	// 5. Start-up and resident memory of a2a-bus serve.
+	dir, err := os.MkdirTemp("", "a2a-bus-bench-bin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin, err := buildServe(dir)
+	if err != nil {
+		return err
+	}
+	runs := 5
+	if r.quick {
+		runs = 2
+	}
+	for _, bus := range []string{"nats", "pipe"} {
+		fmt.Fprintf(os.Stderr, "bench: %-12s serve start-up\n", bus)
+		ready, rss, err := startup(bin, bus, runs)
+		if err != nil {
+			return fmt.Errorf("start-up %s: %w", bus, err)
+		}
+		r.add(Result{Bus: bus, Case: "serve start-up to ready", NsPerOp: float64(ready.Nanoseconds()),
+			Metrics: map[string]float64{"ready-ms": float64(ready.Microseconds()) / 1000, "rss-KiB": float64(rss)}})
+	}
+	return nil
+}
+
+func (r *runner) markdown() string {
+	s := fmt.Sprintf("Measured by `go run ./bench%s` on %s, %d CPUs, Go %s, %s.\n\n",
+		map[bool]string{true: " --quick", false: ""}[r.quick], runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02"))
+	s += "| bus | case | time/op | allocs/op | B/op | figures | ratio | against | target |\n"
+	s += "| --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- |\n"
+	for _, res := range r.results {
+		figs := ""
+		for _, k := range []string{"events/s", "tasks/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "MB/s"} {
+			if v, ok := res.Metrics[k]; ok {
+				figs += fmt.Sprintf("%s %s; ", k, human(v))
+			}
+		}
+		ratio, target := "", res.Target
+		if res.Ratio > 0 {
+			ratio = fmt.Sprintf("%.2f", res.Ratio)
+		}
+		if res.Met != nil {
+			target += map[bool]string{true: " ✓", false: " ✗"}[*res.Met]
+		}
+		s += fmt.Sprintf("| %s | %s | %s | %d | %d | %s | %s | %s | %s |\n", res.Bus, res.Case, duration(res.NsPerOp), res.AllocsPerOp, res.BytesPerOp, figs, ratio, res.Against, target)
+	}
+	return s
+}
+
+func human(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func duration(ns float64) string {
+	switch {
+	case ns == 0:
+		return "—"
+	case ns >= 1e6:
+		return fmt.Sprintf("%.2f ms", ns/1e6)
+	case ns >= 1e3:
+		return fmt.Sprintf("%.2f µs", ns/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", ns)
+}
