@@ -22,6 +22,7 @@ const (
 	DefaultReplayWindow       = 10000
 	DefaultReplayBytes        = 16 << 20
 	DefaultMaxTaskBytes       = 16 << 20
+	DefaultMaxAgents          = 20000
 	DefaultOrphanTimeout      = 10 * time.Minute
 	// pruneEvery is how often the broker prunes terminal tasks.
 	pruneEvery = time.Minute
@@ -47,6 +48,9 @@ type Config struct {
 	// a2a.events.replay: the longest outage a runtime can bridge without
 	// re-reading its tasks. 0 means DefaultReplayWindow.
 	ReplayWindow int
+	// MaxAgents caps the live agents on the host, each with its card in
+	// memory. 0 means DefaultMaxAgents.
+	MaxAgents int
 	// MaxTaskBytes caps the size of one task (its messages, artifacts and
 	// metadata), so that a long conversation cannot grow a task, and every
 	// response that carries it, without bound. 0 means
@@ -118,6 +122,9 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	}
 	if cfg.ReplayWindow <= 0 {
 		cfg.ReplayWindow = DefaultReplayWindow
+	}
+	if cfg.MaxAgents <= 0 {
+		cfg.MaxAgents = DefaultMaxAgents
 	}
 	if cfg.MaxTaskBytes <= 0 {
 		cfg.MaxTaskBytes = DefaultMaxTaskBytes

@@ -318,6 +318,14 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, params jso
 		r.mu.Unlock()
 		return nil, wire.ErrInvalidParams.Withf("card: %v", err)
 	}
+	if len(enc) > wire.MaxCardBytes {
+		r.mu.Unlock()
+		return nil, wire.ErrInvalidParams.Withf("card: %d bytes encoded; at most %d", len(enc), wire.MaxCardBytes)
+	}
+	if old == nil && len(r.byID) >= b.cfg.MaxAgents {
+		r.mu.Unlock()
+		return nil, wire.ErrInvalidParams.Withf("the host already has %d live agents; deregister some first", b.cfg.MaxAgents)
+	}
 	a.card = enc
 	r.add(a)
 	r.mu.Unlock()

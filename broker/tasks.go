@@ -225,6 +225,9 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *sendParam
 	return wire.TaskResult{Task: &rec.Task}, nil
 }
 
+// maxArtifactsPerUpdate bounds the artifacts one update adds.
+const maxArtifactsPerUpdate = 100
+
 // member says which side of a task an agent is on.
 type member uint8
 
@@ -382,6 +385,9 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 			if err := p.Message.Validate("message"); err != nil {
 				return nil, wire.ErrInvalidParams.Withf("%v", err)
 			}
+		}
+		if len(p.Artifacts) > maxArtifactsPerUpdate {
+			return nil, wire.ErrInvalidParams.Withf("artifacts: %d; at most %d per update", len(p.Artifacts), maxArtifactsPerUpdate)
 		}
 		for i := range p.Artifacts {
 			if err := p.Artifacts[i].Validate("artifacts[" + itoa(i) + "]"); err != nil {

@@ -262,9 +262,19 @@ func validMetadata(field string, m json.RawMessage) error {
 	return nil
 }
 
+// MaxParts is the most parts one message or artifact may have.
+const MaxParts = 1000
+
+// MaxCardBytes is the largest encoded AgentCard: every live agent's card
+// is kept in memory and sent by every a2a.agents.list.
+const MaxCardBytes = 16 << 10
+
 func validParts(path string, parts []Part) error {
 	if len(parts) == 0 {
 		return fieldErr(path, "needs at least one part")
+	}
+	if len(parts) > MaxParts {
+		return fieldErr(path, "has %d parts; at most %d", len(parts), MaxParts)
 	}
 	for i := range parts {
 		if err := parts[i].Validate(fmt.Sprintf("%s[%d]", path, i)); err != nil {

@@ -1,0 +1,107 @@
+package wire_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// FuzzParseRequest: any bytes are a request or one of the protocol's
+// errors, never a panic; what parses has a method and object-or-raw
+// params, and its id, when present, is a string, number or null.
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.agents.list","params":{"token":"t"}}`,
+		`{"jsonrpc":"2.0","method":"a2a.push"}`, `{"jsonrpc":"2.0","id":null,"method":"m","params":[]}`,
+		`[{"jsonrpc":"2.0","id":1,"method":"m"}]`, `{"ID":1,"jsonrpc":"2.0","method":"m"}`, "\xff", `{"a":`, `"x"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		req, perr := wire.ParseRequest(raw, 4096)
+		if perr != nil {
+			switch perr.Code {
+			case -32700, -32600:
+			default:
+				t.Fatalf("unexpected code %d for %q", perr.Code, raw)
+			}
+			if req != nil {
+				t.Fatal("both a request and an error")
+			}
+			return
+		}
+		if req.Method == "" || req.Params == nil {
+			t.Fatalf("parsed without method or params: %+v", req)
+		}
+		if req.ID != nil {
+			var id any
+			if err := json.Unmarshal(req.ID, &id); err != nil {
+				t.Fatalf("id %q is not JSON", req.ID)
+			}
+			switch id.(type) {
+			case string, float64, nil:
+			default:
+				t.Fatalf("id %q of a forbidden type", req.ID)
+			}
+		}
+		if len(raw) > 4096 {
+			t.Fatal("over the limit yet parsed")
+		}
+	})
+}
+
+// FuzzValidate: decoding and validating a message, an artifact and a card
+// never panics, and what is valid stays valid once encoded and decoded
+// again.
+func FuzzValidate(f *testing.F) {
+	for _, s := range []string{
+		`{"parts":[{"kind":"text","text":"hi"}]}`,
+		`{"parts":[{"kind":"data","data":null,"metadata":{}}]}`,
+		`{"parts":[{"kind":"file","file":{"name":"a","bytes":"aGk="}}],"metadata":null}`,
+		`{"parts":[{"kind":"file","file":{"uri":"x","bytes":"aGk="}}]}`,
+		`{"name":"discussant","skills":[{"id":"s","tags":["a"]}],"metadata":{"k":1}}`,
+		`{"parts":[]}`, `{"name":"a b"}`, `{"parts":[{"kind":"text","text":"x","data":1}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var m wire.Message
+		if json.Unmarshal(raw, &m) == nil && m.Validate("message") == nil {
+			again := roundTrip(t, &m)
+			if err := again.Validate("message"); err != nil {
+				t.Fatalf("valid message %q is invalid after a round trip: %v", raw, err)
+			}
+		}
+		var a wire.Artifact
+		if json.Unmarshal(raw, &a) == nil && a.Validate("artifact") == nil {
+			again := roundTrip(t, &a)
+			if err := again.Validate("artifact"); err != nil {
+				t.Fatalf("valid artifact %q is invalid after a round trip: %v", raw, err)
+			}
+		}
+		var c wire.AgentCard
+		if json.Unmarshal(raw, &c) == nil && c.Validate("card") == nil {
+			again := roundTrip(t, &c)
+			if err := again.Validate("card"); err != nil {
+				t.Fatalf("valid card %q is invalid after a round trip: %v", raw, err)
+			}
+		}
+	})
+}
+
+type validator interface{ Validate(string) error }
+
+func roundTrip[T any](t *testing.T, v *T) *T {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("a valid value does not encode: %v", err)
+	}
+	var out T
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("its encoding %s does not decode: %v", b, err)
+	}
+	return &out
+}
