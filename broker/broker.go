@@ -20,7 +20,7 @@ import (
 const (
 	DefaultMaxTasksPerContext = 32
 	DefaultReplayWindow       = 10000
-	DefaultReplayBytes        = 16 << 20
+	DefaultReplayBytes        = 4 << 20
 	DefaultMaxTaskBytes       = 16 << 20
 	DefaultMaxAgents          = 20000
 	DefaultOrphanTimeout      = 10 * time.Minute

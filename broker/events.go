@@ -48,6 +48,18 @@ func (l *eventLog) session(id string, create bool) *sessionLog {
 	return s
 }
 
+// forget drops the kept notifications of a session, keeping its seq.
+func (l *eventLog) forget(session string) {
+	s := l.session(session, false)
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.ring)
+	s.ring, s.head, s.n, s.bytes = nil, 0, 0, 0
+}
+
 // notification is the encoded shape of every notification; params is
 // encoded in the same pass.
 type notification struct {

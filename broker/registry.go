@@ -350,8 +350,14 @@ func (b *Broker) deregister(ctx context.Context, from transport.Caller, params j
 	}
 	b.reg.mu.Lock()
 	b.reg.remove(a)
+	empty := len(b.reg.bySession[a.session]) == 0
 	b.reg.mu.Unlock()
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
+	if empty {
+		// No one is left in the session to replay its events: let them go
+		// (the seq stays, so a runtime still listening sees a gap).
+		b.events.forget(a.session)
+	}
 	// The agent is gone whatever happens next: close its tasks even if the
 	// caller stops waiting, and answer success once revoked.
 	if err := b.closeTasksOf(context.WithoutCancel(ctx), a.instance, a.session); err != nil {

@@ -213,3 +213,32 @@ func TestReplay_WindowGrowsAndWraps(t *testing.T) {
 		}
 	}
 }
+
+func TestReplay_ASessionLeftEmptyLetsItsEventsGo(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("s1", "a")
+	b := e.register("s2", "b")
+	for i := range 3 {
+		_, err := b.call(wire.MethodSend, map[string]any{"to": "a", "oneway": true, "message": text(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	epoch := e.broker.Epoch()
+	r, err := replayCall(e, "s1", epoch, 0)
+	require.NoError(t, err)
+	require.Len(t, r.Events, 3)
+	require.NoError(t, a.deregister())
+	_, err = replayCall(e, "s1", epoch, 0)
+	requireCode(t, err, wire.ErrReplayGap)
+	var we *wire.Error
+	require.True(t, errors.As(err, &we))
+	assert.Equal(t, uint64(4), we.Data.OldestSeq, "the seq stays: nothing kept, next is 4")
+	// A new agent in the session continues the numbering.
+	e.register("s1", "a2")
+	_, err = b.call(wire.MethodSend, map[string]any{"to": "a2", "oneway": true, "message": text("again")})
+	require.NoError(t, err)
+	r, err = replayCall(e, "s1", epoch, 3)
+	require.NoError(t, err)
+	require.Len(t, r.Events, 1)
+	ev, _ := wire.DecodeEvent(r.Events[0])
+	assert.Equal(t, uint64(4), ev.Push.Seq)
+}

@@ -63,6 +63,18 @@ func TestChangesSurviveReopening(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o600), st.Mode().Perm())
 }
 
+func TestTheDataDirIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "data")
+	s := open(t, dir)
+	defer s.Close()
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+	f, err := os.Stat(filepath.Join(dir, boltstore.FileName))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), f.Mode().Perm())
+}
+
 func TestASecondOpenerIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)

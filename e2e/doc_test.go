@@ -1,0 +1,19 @@
+// Package e2e holds the tests that span the broker, both buses and the
+// runtime: hostile input, load, and faults. It has no code of its own.
+package e2e_test
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/a2a-bus/a2a-bus/internal/testbin"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
