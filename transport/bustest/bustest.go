@@ -651,8 +651,9 @@ func (s *suite) testTooLarge(t *testing.T, h Harness) {
 	for i := range big {
 		big[i] = 'a'
 	}
-	card := func(desc []byte) wire.RegisterParams {
-		return wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "big", Description: string(desc)}}
+	// The padding is an unknown member, which the broker ignores.
+	card := func(pad []byte) map[string]any {
+		return map[string]any{"contextId": "s1", "card": map[string]any{"name": "big"}, "pad": string(pad)}
 	}
 	_, err := sess.Call(ctxT(t), wire.MethodRegister, card(big))
 	assert.ErrorIs(t, err, transport.ErrTooLarge)
