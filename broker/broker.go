@@ -69,6 +69,8 @@ type Config struct {
 	// are always kept. The zero value means DefaultRetention; set a field
 	// negative to lift that bound.
 	Retention store.Retention
+	// BusName names the bus for a2a.admin.info ("nats", "pipe", ...).
+	BusName string
 	// Logger receives the broker's logs. nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock, for tests. nil means time.Now.
@@ -167,6 +169,9 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 		wire.MethodUpdateTask: {serve: b.updateTask},
 		wire.MethodCancelTask: {serve: b.cancelTask},
 		wire.MethodReplay:     {serve: b.replay},
+	}
+	for name, m := range b.adminMethods() {
+		b.methods[name] = m
 	}
 	if p, ok := bus.(transport.HostMethodProvider); ok {
 		for name, fn := range p.HostMethods() {

@@ -21,10 +21,10 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// loadDuration is how long the load test sends: A2A_BUS_LOAD (a Go
+// loadDuration is how long the load test sends: A2A_LOAD_DURATION (a Go
 // duration) for a longer run by hand, else a bounded two seconds.
 func loadDuration(t *testing.T) time.Duration {
-	if s := os.Getenv("A2A_BUS_LOAD"); s != "" {
+	if s := os.Getenv("A2A_LOAD_DURATION"); s != "" {
 		d, err := time.ParseDuration(s)
 		require.NoError(t, err)
 		return d

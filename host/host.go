@@ -135,6 +135,9 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		cfg.Runtime.Logger = cfg.Logger
 	}
 	h := &Host{cfg: cfg}
+	if h.cfg.Broker.BusName == "" {
+		h.cfg.Broker.BusName = cfg.Bus.String()
+	}
 	var err error
 	switch cfg.Bus {
 	case NATS:

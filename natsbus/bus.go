@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/a2a-bus/a2a-bus/transport"
@@ -68,6 +69,7 @@ type Bus struct {
 var (
 	_ transport.Bus                = (*Bus)(nil)
 	_ transport.HostMethodProvider = (*Bus)(nil)
+	_ transport.SubscriberCounter  = (*Bus)(nil)
 )
 
 // New starts the broker side: it embeds a server, or connects to cfg.URL.
@@ -225,6 +227,20 @@ func (b *Bus) reply(m *nats.Msg, resp []byte) {
 	if err != nil && b.ctx.Err() == nil {
 		b.log.Warn("nats: reply failed", "error", err)
 	}
+}
+
+// Subscribers implements transport.SubscriberCounter: the embedded
+// server counts the subscriptions that match the session's subject
+// (wildcards included); on an external server the bus cannot tell.
+func (b *Bus) Subscribers(session string) (int, bool) {
+	if b.server == nil {
+		return 0, false
+	}
+	sz, err := b.server.ns.Subsz(&server.SubszOptions{Subscriptions: true, Test: EventsSubject(session), Limit: 1 << 20})
+	if err != nil {
+		return 0, false
+	}
+	return len(sz.Subs), true
 }
 
 // Publish implements transport.Bus: the notification goes to the

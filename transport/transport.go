@@ -210,3 +210,13 @@ type HostMethodProvider interface {
 // holds for a receiver that is not reading, unless the bus is configured
 // otherwise.
 const DefaultSubscriptionBuffer = 4096
+
+// SubscriberCounter is implemented by a Bus that can tell how many
+// subscriptions receive a session's notifications (the embedded NATS
+// server can; the pipe, whose subscribers are at the other end, cannot).
+// The broker's admin methods report it.
+type SubscriberCounter interface {
+	// Subscribers returns the number of subscriptions receiving session's
+	// notifications, and false when the bus cannot tell.
+	Subscribers(session string) (int, bool)
+}

@@ -16,6 +16,12 @@ const (
 	MethodSessionOpen  = "a2a.sessions.open"
 	MethodSessionClose = "a2a.sessions.close"
 
+	// The admin extension: host-only, read-only.
+	MethodAdminInfo     = "a2a.admin.info"
+	MethodAdminAgents   = "a2a.admin.agents"
+	MethodAdminTasks    = "a2a.admin.tasks"
+	MethodAdminSessions = "a2a.admin.sessions"
+
 	// NotifyTaskEvent and NotifyPush are the two notifications.
 	NotifyTaskEvent = "a2a.task.event"
 	NotifyPush      = "a2a.push"
@@ -219,4 +225,57 @@ func DecodeEvent(raw []byte) (*Event, error) {
 		return nil, fieldErr("method", "unknown notification %s", quoteShort(n.Method))
 	}
 	return ev, nil
+}
+
+// AdminInfo is the result of a2a.admin.info.
+type AdminInfo struct {
+	Version       string  `json:"version"`
+	Epoch         string  `json:"epoch"`
+	Bus           string  `json:"bus"`
+	StartedAt     Time    `json:"startedAt"`
+	UptimeSeconds float64 `json:"uptimeSeconds"`
+	Agents        int     `json:"agents"`
+	Sessions      int     `json:"sessions"`
+	OpenTasks     int     `json:"openTasks"`
+}
+
+// AdminAgents is the result of a2a.admin.agents: every live agent, by
+// agentId.
+type AdminAgents struct {
+	Agents []AgentCard `json:"agents"`
+}
+
+// AdminTask is one open task in a2a.admin.tasks.
+type AdminTask struct {
+	ID             string `json:"id"`
+	State          State  `json:"state"`
+	ContextID      string `json:"contextId"`
+	RequesterName  string `json:"requesterName"`
+	AgentName      string `json:"agentName"`
+	AgentContextID string `json:"agentContextId"`
+	UpdatedAt      Time   `json:"updatedAt"`
+}
+
+// AdminTasks is the result of a2a.admin.tasks: the open tasks, and the
+// count of open tasks by requester session and state.
+type AdminTasks struct {
+	Open   []AdminTask              `json:"open"`
+	Counts map[string]map[State]int `json:"counts"`
+}
+
+// AdminSession is one session in a2a.admin.sessions.
+type AdminSession struct {
+	ContextID string `json:"contextId"`
+	Agents    int    `json:"agents"`
+	LastSeq   uint64 `json:"lastSeq"`
+	Kept      int    `json:"kept"`
+	// Subscribers is the number of subscriptions receiving the session's
+	// notifications; absent when the bus cannot tell (the pipe).
+	Subscribers *int `json:"subscribers,omitempty"`
+}
+
+// AdminSessions is the result of a2a.admin.sessions.
+type AdminSessions struct {
+	Epoch    string         `json:"epoch"`
+	Sessions []AdminSession `json:"sessions"`
 }

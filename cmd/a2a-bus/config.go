@@ -47,7 +47,14 @@ func parseFlags(fs *flag.FlagSet, args []string, configFlag *string) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if configFlag == nil || *configFlag == "" {
+	if configFlag == nil {
+		return nil
+	}
+	// Flags win over the environment, which wins over the file.
+	if err := applyEnv(fs, set); err != nil {
+		return err
+	}
+	if *configFlag == "" {
 		return nil
 	}
 	data, err := os.ReadFile(*configFlag)
@@ -55,6 +62,45 @@ func parseFlags(fs *flag.FlagSet, args []string, configFlag *string) error {
 		return usageErrorf("config: %v", err)
 	}
 	return applyConfig(fs, *configFlag, data, set)
+}
+
+// envPrefix starts the environment variables that set flags:
+// A2A_BUS_MAX_TASKS_PER_CONTEXT sets --max-tasks-per-context.
+const envPrefix = "A2A_BUS_"
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets the flags not set on the command line from A2A_BUS_*
+// variables, and marks them set so that the config file does not
+// override them. An A2A_BUS_ variable that names no flag is an error.
+func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
+	known := map[string]*flag.Flag{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "config" && f.Name != "print-config" {
+			known[envName(f.Name)] = f
+		}
+	})
+	for _, kv := range os.Environ() {
+		name, value, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || value == "" {
+			continue // an empty variable counts as unset
+		}
+		f := known[name]
+		if f == nil {
+			return usageErrorf("environment: %s names no setting of %s", name, fs.Name())
+		}
+		if set[f.Name] {
+			continue
+		}
+		if err := fs.Set(f.Name, value); err != nil {
+			return usageErrorf("environment: %s: bad value %q: %v", name, value, err)
+		}
+		set[f.Name] = true
+	}
+	return nil
 }
 
 func applyConfig(fs *flag.FlagSet, path string, data []byte, set map[string]bool) error {
@@ -111,3 +157,6 @@ func report(stderr io.Writer, cmd string, err error) int {
 	fmt.Fprintf(stderr, "a2a-bus %s: %v\n", cmd, err)
 	return exitFailure
 }
+
+// quietLogger discards: the operator's commands report errors themselves.
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

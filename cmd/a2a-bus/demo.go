@@ -20,6 +20,8 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	busName := fs.String("bus", "nats", "the bus: nats (an embedded server) or pipe (the broker as a child process)")
+	connFile := fs.String("connection-file", "", "join the running broker of this connection file instead of starting one")
+	hold := fs.Bool("hold", false, "after the round trip, keep the delegates until interrupted (to look at them with status)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: a2a-bus demo [--bus nats|pipe]
 
@@ -32,6 +34,7 @@ at the end, and writes no connection file.
 Examples:
   a2a-bus demo              # on an embedded NATS server
   a2a-bus demo --bus pipe   # the broker as a child process on a pipe
+  a2a-bus demo --connection-file "$XDG_RUNTIME_DIR/a2a-bus/connection.json" --hold
 
 Flags:
 `)
@@ -55,6 +58,12 @@ Flags:
 	}
 	defer os.RemoveAll(dataDir)
 	cfg := host.Config{Bus: kind, DataDir: dataDir, Logger: log}
+	if *connFile != "" {
+		if kind != host.NATS {
+			return report(stderr, "demo", usageErrorf("--connection-file joins a broker on NATS"))
+		}
+		cfg.ConnectionFile = *connFile
+	}
 	if kind == host.Pipe {
 		self, err := os.Executable()
 		if err != nil {
@@ -62,9 +71,7 @@ Flags:
 		}
 		cfg.BrokerCommand = []string{self, "serve", "--bus=pipe", "--data-dir=" + dataDir, "--log-level=warn"}
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := demo(ctx, cfg, stdout); err != nil {
+	if err := demo(ctx, cfg, stdout, *hold); err != nil {
 		return report(stderr, "demo", err)
 	}
 	return exitOK
@@ -94,7 +101,9 @@ func text(m *wire.Message) string {
 	return strings.Join(parts, " ")
 }
 
-func demo(ctx context.Context, cfg host.Config, out io.Writer) error {
+func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) error {
+	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
+	defer cancel()
 	h, err := host.Open(ctx, cfg)
 	if err != nil {
 		return err
@@ -168,6 +177,12 @@ func demo(ctx context.Context, cfg host.Config, out io.Writer) error {
 	}
 	roundTrip := time.Since(sent)
 	tr.say("chat-1", "%s wakes: task %s %s: %q", d1.ID(), short(ev.Task.TaskID), ev.Task.Task.Status.State, text(ev.Task.Message))
+	if hold {
+		tr.say("both", "holding the delegates until interrupted")
+		<-parent.Done()
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+	}
 
 	for _, d := range []*runtime.Delegate{d1, d2} {
 		if err := d.Settle(ctx); err != nil {

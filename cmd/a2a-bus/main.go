@@ -2,6 +2,9 @@
 //
 //	a2a-bus serve [flags]   run the broker (NATS by default, or --bus=pipe)
 //	a2a-bus demo [--bus]    run the cross-session round trip and show it
+//	a2a-bus status          show a running broker's agents, tasks and sessions
+//	a2a-bus watch           print a running broker's notifications as they come
+//	a2a-bus version         print the version
 //	a2a-bus help [command]  show help
 //
 // Logs go to stderr; with --bus=pipe, stdout carries only the protocol.
@@ -40,6 +43,9 @@ func commands() []command {
 	return []command{
 		{"serve", "run the broker", runServe},
 		{"demo", "run the cross-session round trip and show it", runDemo},
+		{"status", "show a running broker's agents, tasks and sessions", runStatus},
+		{"watch", "print a running broker's notifications as they come", runWatch},
+		{"version", "print the version", runVersion},
 	}
 }
 

@@ -14,14 +14,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
-}
 
 // broker is a running `a2a-bus serve` child.
 type broker struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +40,7 @@ type serveOptions struct {
 	orphanTimeout      time.Duration
 	logLevel           string
 	config             string
+	printConfig        bool
 }
 
 func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
@@ -58,7 +60,8 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
 	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long open tasks wait for their members (0 disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&o.config, "config", "", "a JSON file of settings: keys are these flag names without dashes; flags win")
+	fs.StringVar(&o.config, "config", "", "a JSON file of settings: keys are these flag names without dashes; A2A_BUS_* variables win over it, flags over both")
+	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective settings as a --config file would hold them, and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: a2a-bus serve [flags]
 
@@ -96,6 +99,25 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if err := o.validate(); err != nil {
 		return report(stderr, "serve", err)
+	}
+	if o.printConfig {
+		settings := map[string]any{}
+		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == "config" || f.Name == "print-config" {
+				return
+			}
+			if g, ok := f.Value.(flag.Getter); ok {
+				v := g.Get()
+				if d, ok := v.(time.Duration); ok {
+					v = d.String()
+				}
+				settings[f.Name] = v
+			}
+		})
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(settings)
+		return exitOK
 	}
 	logOut := io.Writer(gate)
 	if o.bus == "pipe" {
@@ -163,6 +185,7 @@ func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Con
 		retention.MaxTerminal = -1
 	}
 	return broker.Config{
+		BusName:            o.bus,
 		Retention:          retention,
 		Store:              st,
 		MaxTasksPerContext: o.maxTasksPerContext,

@@ -48,9 +48,10 @@ type Bus struct {
 }
 
 var (
-	_ transport.Bus        = (*Bus)(nil)
-	_ transport.Client     = (*Bus)(nil)
-	_ transport.HostCaller = (*Bus)(nil)
+	_ transport.Bus               = (*Bus)(nil)
+	_ transport.SubscriberCounter = (*Bus)(nil)
+	_ transport.Client            = (*Bus)(nil)
+	_ transport.HostCaller        = (*Bus)(nil)
 )
 
 // New returns a fake bus.
@@ -118,8 +119,8 @@ func (b *Bus) Unserve() {
 	b.running.Wait()
 }
 
-// Subscribers returns the number of live subscriptions of session.
-func (b *Bus) Subscribers(session string) int { return b.subs.Count(session) }
+// Subscribers implements transport.SubscriberCounter.
+func (b *Bus) Subscribers(session string) (int, bool) { return b.subs.Count(session), true }
 
 // Close implements transport.Bus and transport.Client.
 func (b *Bus) Close() error {
