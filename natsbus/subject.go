@@ -21,7 +21,13 @@ const (
 	InboxPrefix = "_INBOX."
 )
 
-var plainToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+var (
+	plainToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	// b64Token is the alphabet of the encoded form. Checked before
+	// decoding: the decoder skips \r and \n, which would give an id a
+	// second name.
+	b64Token = regexp.MustCompile(`^~[A-Za-z0-9_-]+$`)
+)
 
 var b64 = base64.RawURLEncoding.Strict()
 
@@ -47,7 +53,7 @@ func SessionID(token string) (string, error) {
 	if plainToken.MatchString(token) {
 		return token, nil
 	}
-	if len(token) < 2 || token[0] != '~' {
+	if !b64Token.MatchString(token) {
 		return "", ErrBadToken
 	}
 	raw, err := b64.DecodeString(token[1:])
