@@ -144,15 +144,8 @@ func (s *sessionLog) since(afterSeq uint64) []json.RawMessage {
 func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.ReplayParams
 	shapeErr := wire.DecodeParams(params, &p)
-	if from.Scope == transport.ScopeSession {
-		var claim struct {
-			ContextID json.RawMessage `json:"contextId"`
-		}
-		_ = json.Unmarshal(params, &claim)
-		var ctxID string
-		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session {
-			return nil, wire.ErrUnauthorized.Withf("replay of another session than the caller's")
-		}
+	if claimsOtherSession(from, params) {
+		return nil, wire.ErrUnauthorized.Withf("replay of another session than the caller's")
 	}
 	if shapeErr != nil {
 		return nil, shapeErr

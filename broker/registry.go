@@ -173,6 +173,21 @@ func (r *registry) liveInstance(instance string) *agent {
 	return r.byInstance[instance]
 }
 
+// claimsOtherSession reports whether params name, as their contextId, a
+// session other than a session-bound caller's own. Such a claim outranks
+// any problem with the shape of the params.
+func claimsOtherSession(from transport.Caller, params json.RawMessage) bool {
+	if from.Scope != transport.ScopeSession {
+		return false
+	}
+	var claim struct {
+		ContextID json.RawMessage `json:"contextId"`
+	}
+	_ = json.Unmarshal(params, &claim)
+	var ctxID string
+	return json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session
+}
+
 func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 
 // instanceStripes is the number of locks that serialize registrations and
@@ -243,16 +258,8 @@ func errRevoked() *wire.Error { return wire.ErrUnauthorized.Withf("unknown or re
 func (b *Broker) register(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.RegisterParams
 	shapeErr := wire.DecodeParams(params, &p)
-	if from.Scope == transport.ScopeSession {
-		// A claim on another session outranks any shape problem.
-		var claim struct {
-			ContextID json.RawMessage `json:"contextId"`
-		}
-		_ = json.Unmarshal(params, &claim)
-		var ctxID string
-		if json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session {
-			return nil, wire.ErrUnauthorized.Withf("register for another session than the caller's")
-		}
+	if claimsOtherSession(from, params) {
+		return nil, wire.ErrUnauthorized.Withf("register for another session than the caller's")
 	}
 	if shapeErr != nil {
 		return nil, shapeErr

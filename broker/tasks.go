@@ -136,12 +136,8 @@ func (b *Broker) push(self, peer *agent, m *wire.Message) (any, *wire.Error) {
 	// Hold both, as for a task: a deregistered sender's token has stopped
 	// working once deregister returns, and nothing is pushed to an agent
 	// already gone.
-	if !enterPair(self, peer) {
-		if self.enter() {
-			self.leave()
-			return nil, wire.ErrUnknownAgent.Withf("no live agent %s", quote(peer.id))
-		}
-		return nil, errRevoked()
+	if err := holdPair(self, peer); err != nil {
+		return nil, err
 	}
 	defer self.leave()
 	defer peer.leave()
@@ -150,6 +146,19 @@ func (b *Broker) push(self, peer *agent, m *wire.Message) (any, *wire.Error) {
 		return &wire.Push{EventHead: h, From: self.id, Message: &msg}
 	})
 	return wire.SendResult{Delivered: peer.id}, nil
+}
+
+// holdPair holds sender and recipient, in lock order; the error says
+// which of them is gone.
+func holdPair(self, peer *agent) *wire.Error {
+	if enterPair(self, peer) {
+		return nil
+	}
+	if self.enter() {
+		self.leave()
+		return wire.ErrUnknownAgent.Withf("no live agent %s", quote(peer.id))
+	}
+	return errRevoked()
 }
 
 // stamp fills in what the broker sets on a message.
@@ -182,12 +191,8 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *sendParam
 	// Hold both members, so that neither can be deregistered before the
 	// task exists: a task is never assigned to a dead agent, nor requested
 	// by one.
-	if !enterPair(self, peer) {
-		if self.enter() {
-			self.leave()
-			return nil, wire.ErrUnknownAgent.Withf("no live agent %s", quote(peer.id))
-		}
-		return nil, errRevoked()
+	if err := holdPair(self, peer); err != nil {
+		return nil, err
 	}
 	defer self.leave()
 	defer peer.leave()

@@ -252,7 +252,7 @@ func (c *Client) call(ctx context.Context, s *session, method string, params any
 	req = append(req, '\n')
 	var sessionDone <-chan struct{}
 	if s != nil {
-		sessionDone = s.done
+		sessionDone = s.subs.Done()
 	}
 	select {
 	case c.out <- req:
@@ -300,7 +300,7 @@ func (c *Client) Session(ctx context.Context, id string) (transport.Session, err
 	if c.closed {
 		return nil, transport.ErrClosed
 	}
-	s := &session{c: c, id: id, done: make(chan struct{})}
+	s := &session{c: c, id: id, subs: fanout.NewGroup()}
 	c.sessions[s] = struct{}{}
 	return s, nil
 }
@@ -319,7 +319,7 @@ func (c *Client) Close() error {
 	c.sessions = nil
 	c.mu.Unlock()
 	for s := range sessions {
-		s.close()
+		s.subs.Close()
 	}
 	close(c.stop)
 	// Closing the pipe also ends a write blocked on a broker that does
@@ -334,42 +334,27 @@ func (c *Client) Close() error {
 type session struct {
 	c    *Client
 	id   string
-	once sync.Once
-	done chan struct{}
-
-	mu   sync.Mutex
-	subs []*fanout.Sub
+	subs *fanout.Group
 }
 
 func (s *session) ID() string { return s.id }
 
 func (s *session) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	select {
-	case <-s.done:
+	if s.subs.Closed() {
 		return nil, transport.ErrClosed
-	default:
 	}
 	return s.c.call(ctx, s, method, params)
 }
 
 func (s *session) Subscribe(context.Context) (transport.Subscription, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	select {
-	case <-s.done:
-		return nil, transport.ErrClosed
-	default:
-	}
-	sub, err := s.c.subs.Add(s.id, s.c.cfg.Buffer)
-	if err != nil {
+	sub, err := s.subs.Subscribe(&s.c.subs, s.id, s.c.cfg.Buffer)
+	if err != nil && !s.subs.Closed() {
 		if gone := s.c.goneErr(); gone != nil {
 			// The broker end is gone for good: nothing will ever arrive.
 			return nil, fmt.Errorf("%w (%w: %v)", transport.ErrClosed, transport.ErrUnavailable, gone)
 		}
-		return nil, err
 	}
-	s.subs = append(s.subs, sub)
-	return sub, nil
+	return sub, err
 }
 
 func (c *Client) goneErr() error {
@@ -382,19 +367,6 @@ func (s *session) Close() error {
 	s.c.mu.Lock()
 	delete(s.c.sessions, s)
 	s.c.mu.Unlock()
-	s.close()
+	s.subs.Close()
 	return nil
-}
-
-func (s *session) close() {
-	s.once.Do(func() {
-		s.mu.Lock()
-		close(s.done)
-		subs := s.subs
-		s.subs = nil
-		s.mu.Unlock()
-		for _, sub := range subs {
-			sub.Close()
-		}
-	})
 }

@@ -164,3 +164,60 @@ func (s *Set) Close() {
 		}
 	}
 }
+
+// Group is the subscriptions one session handle made on a Set: they end
+// together when the handle closes. The zero Group is not usable; call
+// NewGroup.
+type Group struct {
+	once sync.Once
+	done chan struct{}
+
+	mu   sync.Mutex
+	subs []*Sub
+}
+
+// NewGroup returns an open group.
+func NewGroup() *Group { return &Group{done: make(chan struct{})} }
+
+// Done is closed when the group closes.
+func (g *Group) Done() <-chan struct{} { return g.done }
+
+// Closed reports whether the group has closed.
+func (g *Group) Closed() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Subscribe adds a subscription to session on set, owned by the group;
+// after Close it returns transport.ErrClosed.
+func (g *Group) Subscribe(set *Set, session string, n int) (*Sub, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.Closed() {
+		return nil, transport.ErrClosed
+	}
+	sub, err := set.Add(session, n)
+	if err != nil {
+		return nil, err
+	}
+	g.subs = append(g.subs, sub)
+	return sub, nil
+}
+
+// Close closes Done and ends the group's subscriptions. Idempotent.
+func (g *Group) Close() {
+	g.once.Do(func() {
+		g.mu.Lock()
+		close(g.done)
+		subs := g.subs
+		g.subs = nil
+		g.mu.Unlock()
+		for _, sub := range subs {
+			sub.Close()
+		}
+	})
+}

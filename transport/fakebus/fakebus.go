@@ -135,7 +135,7 @@ func (b *Bus) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	for s := range sessions {
-		s.close()
+		s.subs.Close()
 	}
 	b.subs.Close()
 	b.running.Wait()
@@ -152,7 +152,7 @@ func (b *Bus) Session(ctx context.Context, id string) (transport.Session, error)
 	if b.closed {
 		return nil, transport.ErrClosed
 	}
-	s := &session{bus: b, id: id, done: make(chan struct{})}
+	s := &session{bus: b, id: id, subs: fanout.NewGroup()}
 	b.sessions[s] = struct{}{}
 	return s, nil
 }
@@ -179,14 +179,14 @@ func (b *Bus) call(ctx context.Context, s *session, from transport.Caller, metho
 	}
 	var sessionDone <-chan struct{}
 	if s != nil {
-		sessionDone = s.done
+		sessionDone = s.subs.Done()
 	}
 	b.mu.Lock()
 	switch {
 	case b.closed:
 		b.mu.Unlock()
 		return nil, transport.ErrClosed
-	case s != nil && s.isClosed():
+	case s != nil && s.subs.Closed():
 		b.mu.Unlock()
 		return nil, transport.ErrClosed
 	case b.handler == nil:
@@ -223,23 +223,10 @@ func (b *Bus) call(ctx context.Context, s *session, from transport.Caller, metho
 type session struct {
 	bus  *Bus
 	id   string
-	once sync.Once
-	done chan struct{}
-
-	mu   sync.Mutex
-	subs []*fanout.Sub
+	subs *fanout.Group
 }
 
 func (s *session) ID() string { return s.id }
-
-func (s *session) isClosed() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
 
 func (s *session) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	from := transport.Caller{Scope: transport.ScopeSession, Session: s.id}
@@ -250,36 +237,13 @@ func (s *session) Call(ctx context.Context, method string, params any) (json.Raw
 }
 
 func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.isClosed() {
-		return nil, transport.ErrClosed
-	}
-	sub, err := s.bus.subs.Add(s.id, s.bus.cfg.Buffer)
-	if err != nil {
-		return nil, err
-	}
-	s.subs = append(s.subs, sub)
-	return sub, nil
+	return s.subs.Subscribe(&s.bus.subs, s.id, s.bus.cfg.Buffer)
 }
 
 func (s *session) Close() error {
 	s.bus.mu.Lock()
 	delete(s.bus.sessions, s)
 	s.bus.mu.Unlock()
-	s.close()
+	s.subs.Close()
 	return nil
-}
-
-func (s *session) close() {
-	s.once.Do(func() {
-		s.mu.Lock()
-		close(s.done)
-		subs := s.subs
-		s.subs = nil
-		s.mu.Unlock()
-		for _, sub := range subs {
-			sub.Close()
-		}
-	})
 }
