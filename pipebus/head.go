@@ -1,6 +1,9 @@
 package pipebus
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"unicode/utf8"
+)
 
 // head is what the host end needs of a line to route it: the response's
 // id, or, for a notification, its recipient session.
@@ -51,7 +54,8 @@ func scanHead(b []byte) (h head, ok bool) {
 				if !ok {
 					return false
 				}
-				if escaped {
+				if escaped || !utf8.Valid(raw) {
+					// As encoding/json reads it (escapes, U+FFFD).
 					return json.Unmarshal(raw, dst) == nil
 				}
 				*dst = string(raw[1 : len(raw)-1])
