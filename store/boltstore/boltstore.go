@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
@@ -73,6 +74,9 @@ type Store struct {
 	ops chan *op
 	max int
 
+	qmu    sync.RWMutex // held shared to queue a change, exclusively to close
+	closed bool
+
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the committer
@@ -104,15 +108,22 @@ func Open(dir string, opts Options) (s *Store, err error) {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
-	// A damaged file can make bbolt panic rather than fail.
+	// A damaged file can make bbolt panic, or fault on the mapped file,
+	// rather than fail: both become an error here.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var db *bolt.DB
 	defer func() {
 		if r := recover(); r != nil {
+			if db != nil {
+				db.Close()
+			}
 			s, err = nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, r)
 		}
 	}()
-	// NoFreelistSync: commits skip writing the freelist (fewer pages per
-	// fsync); Open rebuilds it by scanning, as etcd does.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	// The freelist is written with every commit (bbolt's default): with
+	// NoFreelistSync, the first write would rebuild it by scanning the
+	// whole file, in a goroutine that a damaged page crashes.
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout, FreelistType: bolt.FreelistMapType})
 	switch {
 	case errors.Is(err, bolterrors.ErrTimeout):
 		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
@@ -147,7 +158,12 @@ func prepare(db *bolt.DB, path string) error {
 			if v > SchemaVersion {
 				return fmt.Errorf("%w: %s has schema %d, this broker knows up to %d", ErrNewerSchema, path, v, SchemaVersion)
 			}
-			for err := range tx.Check() {
+			// Read every page once, here: a damaged page then shows up
+			// now, as an error (Open turns faults into panics it
+			// recovers), not later in the middle of a request. bbolt's
+			// own tx.Check walks in a goroutine of its own, where a fault
+			// on the mapped file would kill the process.
+			if err := walk(tx); err != nil {
 				return fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 			}
 			for _, b := range [][]byte{bTasks, bMember, bOpen, bCount, bEnded} {
@@ -174,6 +190,21 @@ func prepare(db *bolt.DB, path string) error {
 // alternating half-size commits.
 const linger = 500 * time.Microsecond
 
+// walk reads every key and value of every bucket.
+func walk(tx *bolt.Tx) error {
+	return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		n := 0
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			n += len(k) + len(v)
+		}
+		if n < 0 {
+			return fmt.Errorf("bucket %s: impossible size", name)
+		}
+		return nil
+	})
+}
+
 // commit runs the changes: everything queued when a commit starts shares
 // it, so concurrent senders pay one fsync together. A lone sender does not
 // wait for company; after a commit of n changes, the next waits (briefly)
@@ -189,7 +220,15 @@ func (s *Store) commit() {
 		case o := <-s.ops:
 			batch = append(batch[:0], o)
 		case <-s.ctx.Done():
-			return
+			// Close queues nothing more; what is queued fails unrun.
+			for {
+				select {
+				case o := <-s.ops:
+					o.done <- store.ErrClosed
+				default:
+					return
+				}
+			}
 		}
 	more:
 		for len(batch) < s.max {
@@ -260,24 +299,24 @@ func isWriteFailure(err error) bool {
 }
 
 // run queues a change and waits until it is committed (on disk) or fails.
+// Once queued, the change is committed or not whatever the caller does,
+// so run waits for the committer's answer: a committed change is never
+// reported as failed.
 func (s *Store) run(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	o := &op{fn: fn, done: make(chan error, 1)}
+	s.qmu.RLock()
+	if s.closed {
+		s.qmu.RUnlock()
+		return store.ErrClosed
+	}
 	select {
 	case s.ops <- o:
-	case <-s.ctx.Done():
-		return store.ErrClosed
 	case <-ctx.Done():
+		s.qmu.RUnlock()
 		return ctx.Err()
 	}
-	// Once queued, the change is committed or not whatever the caller
-	// does: wait for the answer so that an acknowledgement is never
-	// missed, unless the store closes under it.
-	select {
-	case err := <-o.done:
-		return err
-	case <-s.ctx.Done():
-		return store.ErrClosed
-	}
+	s.qmu.RUnlock()
+	return <-o.done
 }
 
 func (s *Store) view(fn func(tx *bolt.Tx) error) error {
@@ -516,17 +555,23 @@ func stateOpen(v []byte) bool {
 }
 
 // Prune implements store.Store, walking the terminal tasks oldest first.
+// It counts them in the same transaction, so it sees what earlier changes
+// of a shared commit did.
 func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (int, error) {
 	var pruned int
 	err := s.run(ctx, func(tx *bolt.Tx) error {
+		pruned = 0
 		ended := tx.Bucket(bEnded)
-		total := ended.Stats().KeyN
+		total := 0
+		c := ended.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			total++
+		}
 		cutoff := uint64(0)
 		if r.MaxAge > 0 {
 			cutoff = uint64(now.Add(-r.MaxAge).UnixMilli())
 		}
 		var doomed [][]byte
-		c := ended.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {
 			tooOld := r.MaxAge > 0 && binary.BigEndian.Uint64(k[:8]) < cutoff
 			tooMany := r.MaxTerminal > 0 && total-len(doomed) > r.MaxTerminal
@@ -538,18 +583,18 @@ func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (in
 		for _, k := range doomed {
 			id := k[8:]
 			rec, err := getRecord(tx, id)
-			if err != nil {
-				return err
-			}
-			if rec.Task.Status.State.Open() {
+			if err == nil && rec.Task.Status.State.Open() {
 				continue // never: an open task is not in this index
 			}
-			if err := writes(
-				ended.Delete(k),
-				tx.Bucket(bTasks).Delete(id),
-				tx.Bucket(bMember).Delete(memberKey(rec.RequesterInstance, roleRequester, rec.Task.ID)),
-				tx.Bucket(bMember).Delete(memberKey(rec.AgentInstance, roleAssignee, rec.Task.ID)),
-			); err != nil {
+			deletes := []error{ended.Delete(k), tx.Bucket(bTasks).Delete(id)}
+			if err == nil {
+				deletes = append(deletes,
+					tx.Bucket(bMember).Delete(memberKey(rec.RequesterInstance, roleRequester, rec.Task.ID)),
+					tx.Bucket(bMember).Delete(memberKey(rec.AgentInstance, roleAssignee, rec.Task.ID)))
+			}
+			// An entry without a readable task is dropped too, so that
+			// pruning does not stop at it for ever.
+			if err := writes(deletes...); err != nil {
 				return err
 			}
 			pruned++
@@ -564,18 +609,13 @@ func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (in
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		// No change is queued from now on; the committer finishes its
+		// batch, fails what remains queued, and stops.
+		s.qmu.Lock()
+		s.closed = true
+		s.qmu.Unlock()
 		s.cancel()
 		s.wg.Wait()
-		// Fail what was queued but never committed.
-		for {
-			select {
-			case o := <-s.ops:
-				o.done <- store.ErrClosed
-				continue
-			default:
-			}
-			break
-		}
 		err = s.db.Close()
 	})
 	return err
