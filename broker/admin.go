@@ -109,6 +109,9 @@ func (b *Broker) adminSessions(context.Context, transport.Caller, json.RawMessag
 	counter, _ := b.bus.(transport.SubscriberCounter)
 	res := wire.AdminSessions{Epoch: b.epoch, Sessions: make([]wire.AdminSession, 0, len(rows))}
 	for _, r := range rows {
+		if r.Agents == 0 && r.Kept == 0 {
+			continue // a session seen once, with nothing left in it
+		}
 		if counter != nil {
 			if n, ok := counter.Subscribers(r.ContextID); ok {
 				r.Subscribers = &n

@@ -48,14 +48,25 @@ func (l *eventLog) session(id string, create bool) *sessionLog {
 	return s
 }
 
-// forget drops the kept notifications of a session, keeping its seq.
-func (l *eventLog) forget(session string) {
+// forget drops the kept notifications of a session left without live
+// agents, keeping its seq. The check is made under the session's lock,
+// which emit holds while it keeps: an agent registering meanwhile keeps
+// its events.
+func (l *eventLog) forget(b *Broker, session string) {
 	s := l.session(session, false)
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if b.reg.sessionLive(session) {
+		return
+	}
+	s.drop()
+}
+
+// drop forgets the kept notifications. s.mu is held.
+func (s *sessionLog) drop() {
 	clear(s.ring)
 	s.ring, s.head, s.n, s.bytes = nil, 0, 0, 0
 }
@@ -89,7 +100,12 @@ func (l *eventLog) emit(b *Broker, recipient, session, fromSession, method strin
 		return
 	}
 	s.seq++
-	s.keep(msg, l.window, l.maxBytes)
+	// Kept for replay only while the session has someone to replay it:
+	// events for a session without live agents (the closing of a departed
+	// agent's tasks, say) are published, not kept.
+	if b.reg.sessionLive(session) {
+		s.keep(msg, l.window, l.maxBytes)
+	}
 	if err := b.bus.Publish(session, msg); err != nil {
 		// The notification is kept: the recipient's runtime replays it.
 		b.log.Warn("publish failed; the event stays in the replay log", "seq", head.Seq, "error", err)

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -219,3 +220,42 @@ func TestNullContextIdIsAShapeError(t *testing.T) {
 }
 
 var _ transport.Bus = jitterBus{}
+
+// failingStore fails every Update once armed.
+type failingStore struct {
+	*store.Memory
+	armed atomic.Bool
+}
+
+func (f *failingStore) Update(ctx context.Context, id string, fn func(*store.Record) error) (*store.Record, error) {
+	if f.armed.Load() {
+		return nil, errors.New("disk full")
+	}
+	return f.Memory.Update(ctx, id, fn)
+}
+
+// TestDeregisterSaysWhenClosingItsTasksFailed: the agent is revoked, and
+// the answer does not claim that closings were stored when they were not.
+func TestDeregisterSaysWhenClosingItsTasksFailed(t *testing.T) {
+	st := &failingStore{Memory: store.NewMemory()}
+	e := newEnv(t, broker.Config{Store: st})
+	a := e.register("s1", "a")
+	e.register("s2", "b")
+	task := a.mustSend("b", "x")
+	st.armed.Store(true)
+	requireCode(t, a.deregister(), wire.ErrInternal)
+	_, err := a.get(task.ID)
+	requireCode(t, err, wire.ErrUnauthorized)
+}
+
+func TestTheHostHasABoundOnLiveAgents(t *testing.T) {
+	e := newEnv(t, broker.Config{MaxAgents: 3})
+	for i := range 3 {
+		e.registerInstance(fmt.Sprint("s", i), "a", fmt.Sprint("inst-", i))
+	}
+	_, err := e.call("s9", wire.MethodRegister, wire.RegisterParams{ContextID: "s9", Card: &wire.AgentCard{Name: "one-too-many"}})
+	requireCode(t, err, wire.ErrInvalidParams)
+	// Replacing a live registration is not a new agent: it still works.
+	again := e.registerInstance("s0", "a", "inst-0")
+	assert.Equal(t, "a", again.id)
+}

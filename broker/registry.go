@@ -167,6 +167,13 @@ func (r *registry) byName(id string) *agent {
 	return r.byID[id]
 }
 
+// sessionLive reports whether a session has live agents.
+func (r *registry) sessionLive(session string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.bySession[session]) > 0
+}
+
 func (r *registry) liveInstance(instance string) *agent {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -357,18 +364,18 @@ func (b *Broker) deregister(ctx context.Context, from transport.Caller, params j
 	}
 	b.reg.mu.Lock()
 	b.reg.remove(a)
-	empty := len(b.reg.bySession[a.session]) == 0
 	b.reg.mu.Unlock()
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
-	if empty {
-		// No one is left in the session to replay its events: let them go
-		// (the seq stays, so a runtime still listening sees a gap).
-		b.events.forget(a.session)
-	}
-	// The agent is gone whatever happens next: close its tasks even if the
-	// caller stops waiting, and answer success once revoked.
+	// No one left in the session replays its events: let them go (the
+	// seq stays, so a runtime still listening sees a gap).
+	b.events.forget(b, a.session)
+	// The agent is gone whatever happens next: its tasks are closed even
+	// if the caller stops waiting. If some closing cannot be stored, the
+	// answer says so (the agent stays revoked; the tasks are closed by
+	// the orphan sweep of the next start).
 	if err := b.closeTasksOf(context.WithoutCancel(ctx), a.instance, a.session); err != nil {
 		b.log.Error("deregistered agent's tasks not all closed", "agentId", a.id, "error", err.Message)
+		return nil, wire.ErrInternal.Withf("the agent is deregistered, but closing its tasks failed: %s", err.Message)
 	}
 	return struct{}{}, nil
 }

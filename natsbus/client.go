@@ -73,10 +73,12 @@ type Client struct {
 
 	// inbox receives the notifications of every subscription; the
 	// dispatcher hands each to the subscription it came by.
-	inbox  chan *nats.Msg
-	rmu    sync.RWMutex
-	routes map[*nats.Subscription]*fanout.Sub
-	wg     sync.WaitGroup // the dispatcher
+	inbox    chan *nats.Msg
+	gone     chan struct{}
+	goneOnce sync.Once
+	rmu      sync.RWMutex
+	routes   map[*nats.Subscription]*fanout.Sub
+	wg       sync.WaitGroup // the dispatcher
 }
 
 // inboxSize is how many notifications wait for the dispatcher; past it,
@@ -124,7 +126,7 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.Default()
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{},
-		inbox: make(chan *nats.Msg, inboxSize), routes: map[*nats.Subscription]*fanout.Sub{}}
+		inbox: make(chan *nats.Msg, inboxSize), routes: map[*nats.Subscription]*fanout.Sub{}, gone: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.link, c.linkDown = context.WithCancel(c.ctx)
 	opts := []nats.Option{
@@ -156,6 +158,7 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) {
 		c.linkLost()
 		c.endSubscriptions()
+		c.goneOnce.Do(func() { close(c.gone) })
 	}))
 	opts = append(opts, nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
@@ -195,6 +198,10 @@ func (c *Client) endSubscriptions() {
 		s.endSubscriptions()
 	}
 }
+
+// Gone is closed when the connection is closed for good (a client that
+// does not reconnect lost it, or Close).
+func (c *Client) Gone() <-chan struct{} { return c.gone }
 
 // Conn returns the underlying NATS connection.
 func (c *Client) Conn() *nats.Conn { return c.nc }

@@ -122,6 +122,15 @@ func maxPayload(limit int) int {
 	return min(max(8*limit, 8<<20), 64<<20)
 }
 
+// CheckListen reports whether a Listen setting would be accepted:
+// ErrBadListen for an address that is not host:port, ErrNotLoopback for
+// one off loopback without allowRemote. Commands check it before they
+// start anything.
+func CheckListen(listen string, allowRemote bool) error {
+	_, _, err := listenAddr(listen, allowRemote)
+	return err
+}
+
 // listenAddr resolves a Listen setting, refusing addresses off loopback
 // unless allowed.
 func listenAddr(listen string, allowRemote bool) (string, int, error) {

@@ -29,6 +29,24 @@ func usageErrorf(format string, args ...any) error {
 // line. --help prints the usage to the flag set's output and returns
 // flag.ErrHelp.
 func parseFlags(fs *flag.FlagSet, args []string, configFlag *string) error {
+	_, err := parseFlagsFrom(fs, args, configFlag)
+	return err
+}
+
+// origin says where a flag's value came from.
+type origin uint8
+
+const (
+	fromDefault origin = iota
+	fromFile
+	fromEnv
+	fromFlag
+)
+
+// parseFlagsFrom is parseFlags that also says where each value set came
+// from.
+func parseFlagsFrom(fs *flag.FlagSet, args []string, configFlag *string) (map[string]origin, error) {
+	origins := map[string]origin{}
 	out, usage := fs.Output(), fs.Usage
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -37,31 +55,34 @@ func parseFlags(fs *flag.FlagSet, args []string, configFlag *string) error {
 	fs.Usage = usage
 	if errors.Is(err, flag.ErrHelp) {
 		fs.Usage()
-		return err
+		return nil, err
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v (see a2a-bus help %s)", errUsage, err, fs.Name())
+		return nil, fmt.Errorf("%w: %v (see a2a-bus help %s)", errUsage, err, fs.Name())
 	}
 	if fs.NArg() > 0 {
-		return usageErrorf("unexpected argument %q", fs.Arg(0))
+		return nil, usageErrorf("unexpected argument %q", fs.Arg(0))
 	}
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
+		origins[f.Name] = fromFlag
+	})
 	if configFlag == nil {
-		return nil
+		return origins, nil
 	}
 	// Flags win over the environment, which wins over the file.
-	if err := applyEnv(fs, set); err != nil {
-		return err
+	if err := applyEnv(fs, set, origins); err != nil {
+		return nil, err
 	}
 	if *configFlag == "" {
-		return nil
+		return origins, nil
 	}
 	data, err := os.ReadFile(*configFlag)
 	if err != nil {
-		return usageErrorf("config: %v", err)
+		return nil, usageErrorf("config: %v", err)
 	}
-	return applyConfig(fs, *configFlag, data, set)
+	return origins, applyConfig(fs, *configFlag, data, set, origins)
 }
 
 // envPrefix starts the environment variables that set flags:
@@ -76,10 +97,10 @@ func envName(flagName string) string {
 // applyEnv sets the flags not set on the command line from A2A_BUS_*
 // variables, and marks them set so that the config file does not
 // override them. An A2A_BUS_ variable that names no flag is an error.
-func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
+func applyEnv(fs *flag.FlagSet, set map[string]bool, origins map[string]origin) error {
 	known := map[string]*flag.Flag{}
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != "config" && f.Name != "print-config" {
+		if f.Name != "print-config" {
 			known[envName(f.Name)] = f
 		}
 	})
@@ -99,11 +120,12 @@ func applyEnv(fs *flag.FlagSet, set map[string]bool) error {
 			return usageErrorf("environment: %s: bad value %q: %v", name, value, err)
 		}
 		set[f.Name] = true
+		origins[f.Name] = fromEnv
 	}
 	return nil
 }
 
-func applyConfig(fs *flag.FlagSet, path string, data []byte, set map[string]bool) error {
+func applyConfig(fs *flag.FlagSet, path string, data []byte, set map[string]bool, origins map[string]origin) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var obj map[string]any
@@ -115,7 +137,7 @@ func applyConfig(fs *flag.FlagSet, path string, data []byte, set map[string]bool
 	}
 	for key, v := range obj {
 		f := fs.Lookup(key)
-		if f == nil || key == "config" {
+		if f == nil || key == "config" || key == "print-config" {
 			return usageErrorf("config %s: unknown key %q", path, key)
 		}
 		if set[key] {
@@ -135,6 +157,7 @@ func applyConfig(fs *flag.FlagSet, path string, data []byte, set map[string]bool
 		if err := fs.Set(key, s); err != nil {
 			return usageErrorf("config %s: key %q: bad value %q: %v", path, key, s, err)
 		}
+		origins[key] = fromFile
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,8 +66,22 @@ func epochOf(t *testing.T, s transport.Session) string {
 	return we.Data.Epoch
 }
 
-// progress is how far a task got: 1 created, 2 working, 3 completed.
-var stages = []wire.State{"", wire.StateSubmitted, wire.StateWorking, wire.StateCompleted}
+// Stages of a task in the burst: 1 created, 2 a message appended by the
+// requester, 3 working, 4 completed. stateAt is the state each leaves.
+var stateAt = []wire.State{"", wire.StateSubmitted, wire.StateSubmitted, wire.StateWorking, wire.StateCompleted}
+
+// stageOf reads how far a task got from what the broker has.
+func stageOf(t *wire.Task) int {
+	switch {
+	case t.Status.State == wire.StateCompleted:
+		return 4
+	case t.Status.State == wire.StateWorking:
+		return 3
+	case len(t.History) >= 2:
+		return 2
+	}
+	return 1
+}
 
 // TestAcknowledgedChangesSurviveSIGKILL kills the broker with SIGKILL in
 // the middle of a burst of changes from concurrent clients. After a
@@ -117,8 +130,12 @@ func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
 					return
 				}
 				ack(r.Task.ID, 1, p)
-				for stage := 2; stage <= 3; stage++ {
-					if _, err := as.Call(ctx, wire.MethodUpdateTask, wire.UpdateParams{Token: p.asg.token, TaskID: r.Task.ID, State: stages[stage]}); err != nil {
+				if _, err := rs.Call(ctx, wire.MethodSend, wire.SendParams{Token: p.req.token, TaskID: r.Task.ID, Message: &wire.Message{Parts: []wire.Part{wire.TextPart("more")}}}); err != nil {
+					return
+				}
+				ack(r.Task.ID, 2, p)
+				for stage := 3; stage <= 4; stage++ {
+					if _, err := as.Call(ctx, wire.MethodUpdateTask, wire.UpdateParams{Token: p.asg.token, TaskID: r.Task.ID, State: stateAt[stage]}); err != nil {
 						return
 					}
 					ack(r.Task.ID, stage, p)
@@ -164,8 +181,8 @@ func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
 		require.NoError(t, err, "acknowledged task %s is lost", id)
 		var r wire.TaskResult
 		require.NoError(t, json.Unmarshal(res, &r))
-		got := slices.Index(stages, r.Task.Status.State)
-		require.GreaterOrEqual(t, got, stage, "task %s: acknowledged %s, found %s", id, stages[stage], r.Task.Status.State)
+		got := stageOf(r.Task)
+		require.GreaterOrEqual(t, got, stage, "task %s: acknowledged stage %d, found %d (%s, %d messages)", id, stage, got, r.Task.Status.State, len(r.Task.History))
 		found += stage
 	}
 	assert.GreaterOrEqual(t, found, changes, "every acknowledged change is there")

@@ -36,6 +36,9 @@ type brokerRef struct {
 func (h *hostFlags) dial() (*natsbus.Client, brokerRef, error) {
 	cfg := natsbus.ClientConfig{NoReconnect: true, Logger: quietLogger()}
 	var ref brokerRef
+	if h.natsURL == "" && (h.token != "" || h.natsCreds != "") {
+		return nil, ref, usageErrorf("--token and --nats-creds go with --nats-url")
+	}
 	if h.natsURL != "" {
 		cfg.URL, cfg.Token, cfg.CredsFile = h.natsURL, h.token, h.natsCreds
 		ref.url = h.natsURL

@@ -58,7 +58,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch name {
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 {
-			return run(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
+			// Asked for: the help goes to stdout.
+			return run(ctx, []string{args[1], "--help"}, stdin, stdout, stdout)
 		}
 		usage(stdout)
 		return exitOK

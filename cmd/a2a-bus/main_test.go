@@ -39,12 +39,15 @@ func TestUsage(t *testing.T) {
 }
 
 func TestServeHelp(t *testing.T) {
-	for _, args := range [][]string{{"serve", "--help"}, {"help", "serve"}} {
-		code, _, stderr := runCLI(t, args...)
-		assert.Equal(t, exitOK, code)
-		assert.Contains(t, stderr, "Examples:")
-		assert.Contains(t, stderr, "-max-tasks-per-context")
-	}
+	// --help prints where flag errors go; "help serve" asks for it on stdout.
+	code, _, stderr := runCLI(t, "serve", "--help")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, stderr, "Examples:")
+	assert.Contains(t, stderr, "-max-tasks-per-context")
+	code, stdout, _ := runCLI(t, "help", "serve")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, stdout, "Examples:")
+	assert.Contains(t, stdout, "-max-tasks-per-context")
 }
 
 func TestServeRefusesBadSettings(t *testing.T) {
@@ -85,4 +88,57 @@ func TestConfigFileAndFlagsWin(t *testing.T) {
 	assert.Equal(t, 64, o.maxTasksPerContext)
 	assert.Equal(t, 7, o.replayWindow, "the flag wins over the file")
 	assert.Equal(t, "1m0s", o.orphanTimeout.String())
+}
+
+func TestExitCodes(t *testing.T) {
+	noBroker := filepath.Join(t.TempDir(), "none.json")
+	tests := []struct {
+		args []string
+		code int
+	}{
+		{[]string{"status", "--frob"}, exitUsage},
+		{[]string{"watch", "--count", "-1"}, exitUsage},
+		{[]string{"status", "--token", "abc"}, exitUsage},
+		{[]string{"status", "--connection-file", noBroker}, exitFailure},
+		{[]string{"watch", "--connection-file", noBroker}, exitFailure},
+		{[]string{"version", "extra"}, exitUsage},
+		{[]string{"version"}, exitOK},
+		{[]string{"help", "status"}, exitOK},
+		{[]string{"serve", "--listen", "10.0.0.1:4222", "--print-config"}, exitUsage},
+		{[]string{"serve", "--log-level", "loud", "--print-config"}, exitUsage},
+		{[]string{"serve", "--config", writeConfig(t, `{"print-config": true}`)}, exitUsage},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			assert.Equal(t, tc.code, code, stderr)
+			if tc.code != exitOK {
+				assert.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+			}
+		})
+	}
+	t.Run("help goes to stdout when asked for", func(t *testing.T) {
+		_, stdout, stderr := runCLI(t, "help", "serve")
+		assert.Contains(t, stdout, "Usage: a2a-bus serve")
+		assert.Empty(t, stderr)
+	})
+}
+
+func TestEnvironmentForNATSDoesNotStopThePipe(t *testing.T) {
+	t.Setenv("A2A_BUS_CONNECTION_FILE", filepath.Join(t.TempDir(), "c.json"))
+	t.Setenv("A2A_BUS_LISTEN", "127.0.0.1:0")
+	code, stdout, stderr := runCLI(t, "serve", "--bus=pipe", "--print-config")
+	assert.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, stdout, `"connection-file": ""`, "ignored on the pipe")
+	code, _, stderr = runCLI(t, "serve", "--bus=pipe", "--listen=127.0.0.1:0", "--print-config")
+	assert.Equal(t, exitUsage, code, "a flag given on the pipe is still refused")
+	assert.Contains(t, stderr, "--listen is for the NATS bus")
+}
+
+func TestNoHomeMeansNoSilentMemoryStore(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", "")
+	t.Setenv("HOME", "")
+	code, _, stderr := runCLI(t, "serve", "--bus=pipe")
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, stderr, "no default data dir")
 }

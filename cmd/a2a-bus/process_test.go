@@ -162,3 +162,28 @@ func TestDemo(t *testing.T) {
 		assert.Contains(t, string(out), "--bus")
 	})
 }
+
+func TestWatchEndsWhenTheBrokerGoes(t *testing.T) {
+	b := startServe(t)
+	watch := exec.Command(testbin.A2ABus(t), "watch", "--connection-file", b.path)
+	watch.Env = testEnv(t)
+	stderr, err := watch.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, watch.Start())
+	first, err := bufio.NewReader(stderr).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, first, "watching")
+	require.NoError(t, b.stop(t, syscall.SIGTERM))
+	done := make(chan error, 1)
+	go func() { done <- watch.Wait() }()
+	select {
+	case err := <-done:
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit)
+		assert.Equal(t, 1, exit.ExitCode())
+	case <-time.After(10 * time.Second):
+		watch.Process.Kill()
+		<-done
+		t.Fatal("watch outlived the broker")
+	}
+}

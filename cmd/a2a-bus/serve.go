@@ -41,6 +41,9 @@ type serveOptions struct {
 	logLevel           string
 	config             string
 	printConfig        bool
+	// origins says where each setting came from: an A2A_BUS_* variable
+	// meant for NATS does not stop a broker on the pipe.
+	origins map[string]origin
 }
 
 func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
@@ -91,12 +94,14 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer gate.open()
 	var o serveOptions
 	fs := serveFlags(&o, stderr)
-	if err := parseFlags(fs, args, &o.config); err != nil {
+	origins, err := parseFlagsFrom(fs, args, &o.config)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return report(stderr, "serve", err)
 	}
+	o.origins = origins
 	if err := o.validate(); err != nil {
 		return report(stderr, "serve", err)
 	}
@@ -162,14 +167,29 @@ func (o *serveOptions) validate() error {
 		return usageErrorf("--listen and --allow-remote configure the embedded server; --nats-url uses another")
 	}
 	if o.bus == "pipe" {
-		for name, set := range map[string]bool{"listen": o.listen != "", "allow-remote": o.allowRemote, "nats-url": o.natsURL != "", "nats-creds": o.natsCreds != "", "connection-file": o.connectionFile != ""} {
-			if set {
+		for name, set := range map[string]*bool{"listen": ptr(o.listen != ""), "allow-remote": &o.allowRemote, "nats-url": ptr(o.natsURL != ""), "nats-creds": ptr(o.natsCreds != ""), "connection-file": ptr(o.connectionFile != "")} {
+			if *set && o.origins[name] != fromEnv {
 				return usageErrorf("--%s is for the NATS bus, not --bus=pipe", name)
 			}
+		}
+		// From the environment they are meant for NATS brokers: ignored.
+		o.listen, o.allowRemote, o.natsURL, o.natsCreds, o.connectionFile = "", false, "", "", ""
+	}
+	if o.dataDir == noDataDir {
+		return errors.New("no default data dir: neither XDG_STATE_HOME nor HOME is set; give --data-dir (\"\" keeps tasks in memory)")
+	}
+	if _, err := newLogger(io.Discard, o.logLevel); err != nil {
+		return err
+	}
+	if o.bus == "nats" && o.natsURL == "" {
+		if err := natsbus.CheckListen(o.listen, o.allowRemote); err != nil {
+			return usageErrorf("--listen: %v", err)
 		}
 	}
 	return nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Config {
 	orphan := o.orphanTimeout
@@ -230,9 +250,6 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		MaxMessageBytes: o.maxMessageBytes,
 		Logger:          log,
 	})
-	if errors.Is(err, natsbus.ErrNotLoopback) || errors.Is(err, natsbus.ErrBadListen) {
-		return fmt.Errorf("%w: --listen: %v", errUsage, err)
-	}
 	if err != nil {
 		return err
 	}
@@ -319,15 +336,19 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	return nil
 }
 
+// noDataDir is the data dir's default when there is none: serve refuses
+// to start rather than keep tasks in memory unasked.
+const noDataDir = "(none: set XDG_STATE_HOME or HOME)"
+
 // defaultDataDir is $XDG_STATE_HOME/a2a-bus, else ~/.local/state/a2a-bus.
 func defaultDataDir() string {
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "a2a-bus")
 	}
-	if home, err := os.UserHomeDir(); err == nil {
+	if home, err := os.UserHomeDir(); err == nil && home != "" {
 		return filepath.Join(home, ".local", "state", "a2a-bus")
 	}
-	return ""
+	return noDataDir
 }
 
 // openStore opens the durable store in dir, or a memory store for "".

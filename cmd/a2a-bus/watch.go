@@ -71,7 +71,9 @@ Flags:
 	}
 	fmt.Fprintf(stderr, "watching %s on %s; Ctrl-C to stop\n", subject, ref.url)
 
-	printed := map[string]uint64{} // session -> last seq printed
+	// The last seq printed per (epoch, session): a replayed event is not
+	// printed twice, and a broker that restarts starts counting anew.
+	printed := map[[2]string]uint64{}
 	n := 0
 	show := func(raw []byte) bool {
 		ev, err := wire.DecodeEvent(raw)
@@ -79,10 +81,11 @@ Flags:
 			return false
 		}
 		h := ev.Head()
-		if h.Seq <= printed[h.RecipientContextID] {
+		key := [2]string{h.Epoch, h.RecipientContextID}
+		if h.Seq <= printed[key] {
 			return false // replayed already
 		}
-		printed[h.RecipientContextID] = h.Seq
+		printed[key] = h.Seq
 		fmt.Fprintln(stdout, describe(ev))
 		n++
 		return *count > 0 && n >= *count
@@ -100,6 +103,8 @@ Flags:
 			if show(m.Data) {
 				return exitOK
 			}
+		case <-c.Gone():
+			return report(stderr, "watch", errors.New("the connection to the broker was lost"))
 		case <-ctx.Done():
 			return exitOK
 		}

@@ -34,6 +34,14 @@ func TestSuite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
 }
 
+// TestCommitsAreSynced: a SIGKILL test cannot tell fsync from the page
+// cache; this checks the setting that makes acknowledgements durable.
+func TestCommitsAreSynced(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	assert.True(t, s.Syncs())
+}
+
 func TestChangesSurviveReopening(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir)

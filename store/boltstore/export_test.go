@@ -1,0 +1,4 @@
+package boltstore
+
+// Syncs reports whether the store fsyncs its commits (bbolt's NoSync off).
+func (s *Store) Syncs() bool { return !s.db.NoSync }
