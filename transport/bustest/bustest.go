@@ -412,28 +412,47 @@ func (s *suite) testCloseCancelsHandlers(t *testing.T, h Harness) {
 	assert.Equal(t, int32(1), bl.returned.Load(), "Close returned before the running handler")
 }
 
-func (s *suite) testCloseFailsPending(t *testing.T, h Harness) {
+// pendingCall serves a blocker and starts a call from session s1 that
+// stays pending in the handler; it returns the session and the channel
+// its error arrives on.
+func pendingCall(t *testing.T, h Harness, ctx context.Context) (transport.Session, <-chan error) {
 	bl := &blocker{entered: make(chan struct{}, 1)}
 	require.NoError(t, h.Bus.Serve(bl))
 	sess := session(t, h, "s1")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := sess.Call(context.Background(), "block", nil)
+		_, err := sess.Call(ctx, "block", nil)
 		errc <- err
 	}()
-	<-bl.entered
-	require.NoError(t, h.Bus.Close())
+	select {
+	case <-bl.entered:
+	case <-time.After(Timeout):
+		t.Fatal("the request never reached the handler")
+	}
+	return sess, errc
+}
+
+// callError waits for a pending call's error.
+func callError(t *testing.T, errc <-chan error, what string) error {
+	t.Helper()
 	select {
 	case err := <-errc:
-		// An in-process session sees ErrClosed; a remote one sees its
-		// link go, or, on a shared server, hears that the broker shuts
-		// down.
-		var we *wire.Error
-		shutdown := errors.As(err, &we) && errors.Is(err, wire.ErrInternal) && strings.Contains(we.Message, "shutting down")
-		assert.True(t, errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrUnavailable) || shutdown, "got %v", err)
+		return err
 	case <-time.After(Timeout):
-		t.Fatal("a pending call hangs after Close")
+		t.Fatalf("a pending call hangs after %s", what)
+		return nil
 	}
+}
+
+func (s *suite) testCloseFailsPending(t *testing.T, h Harness) {
+	_, errc := pendingCall(t, h, context.Background())
+	require.NoError(t, h.Bus.Close())
+	err := callError(t, errc, "Close")
+	// An in-process session sees ErrClosed; a remote one sees its link
+	// go, or, on a shared server, hears that the broker shuts down.
+	var we *wire.Error
+	shutdown := errors.As(err, &we) && errors.Is(err, wire.ErrInternal) && strings.Contains(we.Message, "shutting down")
+	assert.True(t, errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrUnavailable) || shutdown, "got %v", err)
 }
 
 func (s *suite) testPublishRouting(t *testing.T, h Harness) {
@@ -589,22 +608,9 @@ func (s *suite) testSessionClose(t *testing.T, h Harness) {
 }
 
 func (s *suite) testSessionClosePending(t *testing.T, h Harness) {
-	bl := &blocker{entered: make(chan struct{}, 1)}
-	require.NoError(t, h.Bus.Serve(bl))
-	sess := session(t, h, "s1")
-	errc := make(chan error, 1)
-	go func() {
-		_, err := sess.Call(context.Background(), "block", nil)
-		errc <- err
-	}()
-	<-bl.entered
+	sess, errc := pendingCall(t, h, context.Background())
 	require.NoError(t, sess.Close())
-	select {
-	case err := <-errc:
-		assert.ErrorIs(t, err, transport.ErrClosed)
-	case <-time.After(Timeout):
-		t.Fatal("a pending call hangs after the session closed")
-	}
+	assert.ErrorIs(t, callError(t, errc, "the session closed"), transport.ErrClosed)
 }
 
 func (s *suite) testSessionsIndependent(t *testing.T, h Harness) {
@@ -629,23 +635,10 @@ func (s *suite) testCallEndedContext(t *testing.T, h Harness) {
 }
 
 func (s *suite) testCallContext(t *testing.T, h Harness) {
-	bl := &blocker{entered: make(chan struct{}, 1)}
-	require.NoError(t, h.Bus.Serve(bl))
-	sess := session(t, h, "s1")
 	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := sess.Call(ctx, "block", nil)
-		errc <- err
-	}()
-	<-bl.entered
+	_, errc := pendingCall(t, h, ctx)
 	cancel()
-	select {
-	case err := <-errc:
-		assert.ErrorIs(t, err, context.Canceled)
-	case <-time.After(Timeout):
-		t.Fatal("Call ignores its context")
-	}
+	assert.ErrorIs(t, callError(t, errc, "its context ended"), context.Canceled)
 }
 
 func (s *suite) testTooLarge(t *testing.T, h Harness) {
