@@ -161,12 +161,6 @@ func (r *registry) remove(a *agent) {
 	}
 }
 
-func (r *registry) byName(id string) *agent {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.byID[id]
-}
-
 // sessionLive reports whether a session has live agents.
 func (r *registry) sessionLive(session string) bool {
 	r.mu.RLock()

@@ -91,8 +91,6 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
-type validator interface{ Validate(string) error }
-
 func roundTrip[T any](t *testing.T, v *T) *T {
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -139,17 +139,6 @@ func (s *Set) Count(session string) int {
 	return len(s.subs[session])
 }
 
-// EndSession ends every subscription of session; their channels close.
-func (s *Set) EndSession(session string) {
-	s.mu.Lock()
-	m := s.subs[session]
-	delete(s.subs, session)
-	s.mu.Unlock()
-	for sub := range m {
-		sub.End()
-	}
-}
-
 // Close ends every subscription; later Adds fail with
 // transport.ErrClosed. Idempotent.
 func (s *Set) Close() {
