@@ -23,13 +23,13 @@ func usageErrorf(format string, args ...any) error {
 // parseFlags parses args, then fills every flag the command line did not
 // set from the --config file (a JSON object whose keys are the flag names
 // without dashes). An unknown key or a bad value is a usage error naming
-// the key.
+// the key. Warnings go to the flag set's output.
 //
 // Parse errors are returned, not printed: the caller reports them on one
 // line. --help prints the usage to the flag set's output and returns
 // flag.ErrHelp.
 func parseFlags(fs *flag.FlagSet, args []string, configFlag *string) error {
-	_, err := parseFlagsFrom(fs, args, configFlag)
+	_, err := parseFlagsFrom(fs, args, configFlag, fs.Output())
 	return err
 }
 
@@ -44,8 +44,9 @@ const (
 )
 
 // parseFlagsFrom is parseFlags that also says where each value set came
-// from.
-func parseFlagsFrom(fs *flag.FlagSet, args []string, configFlag *string) (map[string]origin, error) {
+// from, and writes its warnings to warn: serve holds them back until its
+// first line, the connection file's path, is out.
+func parseFlagsFrom(fs *flag.FlagSet, args []string, configFlag *string, warn io.Writer) (map[string]origin, error) {
 	origins := map[string]origin{}
 	out, usage := fs.Output(), fs.Usage
 	fs.SetOutput(io.Discard)
@@ -72,7 +73,7 @@ func parseFlagsFrom(fs *flag.FlagSet, args []string, configFlag *string) (map[st
 		return origins, nil
 	}
 	// Flags win over the environment, which wins over the file.
-	if err := applyEnv(fs, set, origins); err != nil {
+	if err := applyEnv(fs, set, origins, warn); err != nil {
 		return nil, err
 	}
 	if *configFlag == "" {
@@ -96,8 +97,11 @@ func envName(flagName string) string {
 
 // applyEnv sets the flags not set on the command line from A2A_BUS_*
 // variables, and marks them set so that the config file does not
-// override them. An A2A_BUS_ variable that names no flag is an error.
-func applyEnv(fs *flag.FlagSet, set map[string]bool, origins map[string]origin) error {
+// override them. An A2A_BUS_ variable that names no flag is ignored with
+// a warning line on warn, not refused: the prefix is shared with hosts,
+// which set their own (A2A_BUS_BIN naming the binary), and those must
+// not stop the broker. A bad value of a known variable is an error.
+func applyEnv(fs *flag.FlagSet, set map[string]bool, origins map[string]origin, warn io.Writer) error {
 	known := map[string]*flag.Flag{}
 	fs.VisitAll(func(f *flag.Flag) {
 		if f.Name != "print-config" {
@@ -111,7 +115,8 @@ func applyEnv(fs *flag.FlagSet, set map[string]bool, origins map[string]origin) 
 		}
 		f := known[name]
 		if f == nil {
-			return usageErrorf("environment: %s names no setting of %s", name, fs.Name())
+			fmt.Fprintf(warn, "a2a-bus %s: warning: environment variable %s names no setting; ignored\n", fs.Name(), name)
+			continue
 		}
 		if set[f.Name] {
 			continue

@@ -17,9 +17,13 @@ type hostFlags struct {
 	natsURL        string
 	token          string
 	natsCreds      string
+	// fs is the command's flag set: its output is the command's stderr,
+	// where warnings go, and its name the command's.
+	fs *flag.FlagSet
 }
 
 func (h *hostFlags) register(fs *flag.FlagSet) {
+	h.fs = fs
 	fs.StringVar(&h.connectionFile, "connection-file", "", "the broker's connection file (default $XDG_RUNTIME_DIR/a2a-bus/connection.json)")
 	fs.StringVar(&h.natsURL, "nats-url", "", "the NATS URL of a broker serving with --nats-url (with --token or --nats-creds)")
 	fs.StringVar(&h.token, "token", "", "the host credential for --nats-url")
@@ -45,7 +49,10 @@ func (h *hostFlags) dial() (*natsbus.Client, brokerRef, error) {
 	} else {
 		path := h.connectionFile
 		if path == "" {
-			p, err := connfile.DefaultPath()
+			p, warning, err := connfile.DefaultPath()
+			if warning != "" {
+				fmt.Fprintf(h.fs.Output(), "a2a-bus %s: warning: %s\n", h.fs.Name(), warning)
+			}
 			if err != nil {
 				return nil, ref, err
 			}

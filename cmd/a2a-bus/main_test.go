@@ -142,3 +142,48 @@ func TestNoHomeMeansNoSilentMemoryStore(t *testing.T) {
 	assert.Equal(t, exitFailure, code)
 	assert.Contains(t, stderr, "no default data dir")
 }
+
+// unsafeRuntimeDir points XDG_RUNTIME_DIR at a world-writable folder and
+// XDG_STATE_HOME at a private one; it returns the connection file's path
+// in the latter, which is used instead.
+func unsafeRuntimeDir(t *testing.T) string {
+	t.Helper()
+	rt := filepath.Join(t.TempDir(), "run")
+	require.NoError(t, os.Mkdir(rt, 0o700))
+	require.NoError(t, os.Chmod(rt, 0o777)) // past the umask
+	state := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", rt)
+	t.Setenv("XDG_STATE_HOME", state)
+	return filepath.Join(state, "a2a-bus", "connection.json")
+}
+
+func TestHostCommandsWarnOfAnUnsafeRuntimeDir(t *testing.T) {
+	for _, cmd := range []string{"status", "watch"} {
+		t.Run(cmd, func(t *testing.T) {
+			fallback := unsafeRuntimeDir(t)
+			code, _, stderr := runCLI(t, cmd)
+			assert.Equal(t, exitFailure, code, "no broker runs")
+			warning, failure, _ := strings.Cut(stderr, "\n")
+			assert.Contains(t, warning, "a2a-bus "+cmd+": warning: XDG_RUNTIME_DIR ")
+			assert.Contains(t, warning, "writable by group or others")
+			assert.Contains(t, failure, fallback, "the fallback is looked for")
+		})
+	}
+}
+
+func TestServeWarnsOfAnUnsafeRuntimeDir(t *testing.T) {
+	fallback := unsafeRuntimeDir(t)
+	stderr := serveInProcess(t, "--data-dir=")
+	first, err := stderr.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, fallback+"\n", first, "the first line is the fallback path")
+	// The held log lines come next, up to the one saying it serves.
+	var logged []string
+	for !strings.Contains(strings.Join(logged, ""), "serving on NATS") {
+		line, err := stderr.ReadString('\n')
+		require.NoError(t, err)
+		logged = append(logged, line)
+	}
+	assert.Contains(t, strings.Join(logged, ""), "level=WARN", "the warning is logged: %q", logged)
+	assert.Contains(t, strings.Join(logged, ""), "writable by group or others")
+}

@@ -94,7 +94,10 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	defer gate.open()
 	var o serveOptions
 	fs := serveFlags(&o, stderr)
-	origins, err := parseFlagsFrom(fs, args, &o.config)
+	// Warnings go through the gate: after the path line on NATS, and after
+	// the error line when serve stops before it (a host reading the first
+	// line finds the path or the failure).
+	origins, err := parseFlagsFrom(fs, args, &o.config, gate)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -226,7 +229,10 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger, gate *gateWrit
 func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gateWriter) error {
 	path := o.connectionFile
 	if path == "" {
-		p, err := connfile.DefaultPath()
+		p, warning, err := connfile.DefaultPath()
+		if warning != "" {
+			log.Warn(warning) // through the gate: after the path line
+		}
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -30,19 +31,48 @@ var ErrRunning = errors.New("a broker is already running")
 // DefaultPath is $XDG_RUNTIME_DIR/a2a-bus/connection.json, else
 // $XDG_STATE_HOME/a2a-bus/connection.json, else
 // ~/.local/state/a2a-bus/connection.json.
-func DefaultPath() (string, error) {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "a2a-bus", "connection.json"), nil
+//
+// An XDG_RUNTIME_DIR that another user owns or may write in (or that is a
+// symlink or no folder) is passed over for the next candidate, and
+// warning says so, for the caller to log: a warning, not an error,
+// because the next candidate is as good. warning is "" otherwise, and
+// may be set when err is too.
+func DefaultPath() (path, warning string, err error) {
+	d := os.Getenv("XDG_RUNTIME_DIR")
+	if d == "" {
+		path, err = statePath()
+		return path, "", err
 	}
+	why := runtimeDirReason(d)
+	if why == "" {
+		return inFolder(d), "", nil
+	}
+	path, err = statePath()
+	instead := "using " + path + " instead"
+	if err != nil {
+		instead = "and there is no other folder"
+	}
+	return path, fmt.Sprintf("XDG_RUNTIME_DIR %s is not used for the connection file: %s; %s", d, why, instead), err
+}
+
+// statePath is DefaultPath without a runtime folder.
+func statePath() (string, error) {
 	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "a2a-bus", "connection.json"), nil
+		return inFolder(d), nil
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return "", fmt.Errorf("connection file: no XDG_RUNTIME_DIR, XDG_STATE_HOME or home directory: %w", err)
+		return "", fmt.Errorf("connection file: no usable XDG_RUNTIME_DIR, no XDG_STATE_HOME and no home directory: %w", err)
 	}
-	return filepath.Join(home, ".local", "state", "a2a-bus", "connection.json"), nil
+	return inFolder(filepath.Join(home, ".local", "state")), nil
 }
+
+// inFolder is the connection file's path in the project's own folder
+// under base.
+func inFolder(base string) string { return filepath.Join(base, ownFolderName, "connection.json") }
+
+// ownFolderName names the project's own folder: Lock makes it private.
+const ownFolderName = "a2a-bus"
 
 // Claim is a connection file this broker holds.
 type Claim struct {
@@ -55,6 +85,10 @@ type Claim struct {
 // live broker holds it (its lock is taken, or the broker it names runs
 // and accepts connections) and will replace a stale one. The folder is
 // created with mode 0700.
+//
+// Nothing another user could have planted is used: the project's own
+// folder must be the user's (it is then made 0700), and the lock file
+// must be the user's and no symlink. Either is ErrUntrusted.
 func Lock(path string) (*Claim, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -62,14 +96,14 @@ func Lock(path string) (*Claim, error) {
 	}
 	// The project's own folder is 0700 even if it existed before; a
 	// folder the user named is theirs to set.
-	if filepath.Base(dir) == "a2a-bus" {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("connection file: %w", err)
+	if filepath.Base(dir) == ownFolderName {
+		if err := ownFolder(dir); err != nil {
+			return nil, err
 		}
 	}
-	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := openLock(path + ".lock")
 	if err != nil {
-		return nil, fmt.Errorf("connection file: %w", err)
+		return nil, err
 	}
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		lock.Close()
@@ -80,6 +114,17 @@ func Lock(path string) (*Claim, error) {
 		return nil, running(path)
 	}
 	return &Claim{path: path, lock: lock}, nil
+}
+
+// openLock opens (or creates) the lock file. A symlink there is refused,
+// not followed: following it would create or open a file of the
+// symlink's choosing.
+func openLock(path string) (*os.File, error) {
+	lock, _, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil && !errors.Is(err, ErrUntrusted) {
+		return nil, fmt.Errorf("connection file: %w", err)
+	}
+	return lock, err
 }
 
 // Path returns the file's path.
@@ -111,7 +156,9 @@ func running(path string) error {
 	return fmt.Errorf("%w; its connection file is %s", ErrRunning, path)
 }
 
-// write replaces path atomically with a file of mode 0600.
+// write replaces path atomically with a file of mode 0600. A symlink at
+// path is replaced, not followed: the file is made under a fresh name
+// (O_EXCL) and renamed over path.
 func write(path string, info Info) error {
 	data, err := json.Marshal(info)
 	if err != nil {
@@ -139,11 +186,22 @@ func write(path string, info Info) error {
 	return nil
 }
 
-// Read reads a connection file.
+// Read reads a connection file. Its token is trusted with everything, so
+// a file another user could have planted is ErrUntrusted, naming it: a
+// symlink (even to the user's own file), another user's file, or no
+// regular file. A missing file is fs.ErrNotExist.
 func Read(path string) (Info, error) {
-	data, err := os.ReadFile(path)
+	f, fi, err := openNoFollow(path, os.O_RDONLY, 0)
 	if err != nil {
 		return Info{}, err
+	}
+	defer f.Close()
+	if !fi.Mode().IsRegular() {
+		return Info{}, untrusted(path, "it is not a regular file")
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return Info{}, fmt.Errorf("connection file %s: %w", path, err)
 	}
 	var info Info
 	if err := json.Unmarshal(data, &info); err != nil {
