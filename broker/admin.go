@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -17,18 +18,22 @@ import (
 // the broker is doing. They read; they change nothing.
 
 func (b *Broker) adminMethods() map[string]method {
-	return map[string]method{
+	m := map[string]method{
 		wire.MethodAdminInfo:     {host: true, serve: b.adminInfo},
 		wire.MethodAdminAgents:   {host: true, serve: b.adminAgents},
 		wire.MethodAdminTasks:    {host: true, serve: b.adminTasks},
 		wire.MethodAdminSessions: {host: true, serve: b.adminSessions},
 	}
+	if r, ok := b.bus.(transport.SessionRevoker); ok {
+		m[wire.MethodSessionClose] = method{host: true, serve: b.closeSession(r)}
+	}
+	return m
 }
 
 func (b *Broker) adminInfo(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	open, err := b.store.List(ctx, store.Query{OpenOnly: true})
+	open, err := b.store.OpenCount(ctx)
 	if err != nil {
-		return nil, b.internal("list open tasks", err)
+		return nil, b.internal("count open tasks", err)
 	}
 	b.reg.mu.RLock()
 	agents, sessions := len(b.reg.byID), len(b.reg.bySession)
@@ -41,47 +46,54 @@ func (b *Broker) adminInfo(ctx context.Context, _ transport.Caller, params json.
 		UptimeSeconds: b.cfg.Now().Sub(b.started).Round(time.Millisecond).Seconds(),
 		Agents:        agents,
 		Sessions:      sessions,
-		OpenTasks:     len(open),
+		OpenTasks:     open,
 	}, nil
 }
 
-func (b *Broker) adminAgents(context.Context, transport.Caller, json.RawMessage) (any, *wire.Error) {
-	b.reg.mu.RLock()
-	all := make([]*agent, 0, len(b.reg.byID))
-	for _, a := range b.reg.byID {
-		all = append(all, a)
+// adminPage decodes the paging params of an admin list.
+func adminPage(params json.RawMessage) (wire.PageParams, int, *wire.Error) {
+	var p wire.PageParams
+	if err := wire.DecodeParams(params, &p); err != nil {
+		return p, 0, err
 	}
-	b.reg.mu.RUnlock()
-	slices.SortFunc(all, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
-	cards := make([]wire.AgentCard, 0, len(all))
-	for _, a := range all {
-		var c wire.AgentCard
-		if json.Unmarshal(a.card, &c) == nil {
-			cards = append(cards, c)
-		}
-	}
-	return wire.AdminAgents{Agents: cards}, nil
+	size, err := pageSize(p)
+	return p, size, err
 }
 
-func (b *Broker) adminTasks(ctx context.Context, _ transport.Caller, _ json.RawMessage) (any, *wire.Error) {
-	recs, err := b.store.List(ctx, store.Query{OpenOnly: true})
+func (b *Broker) adminAgents(_ context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	p, size, err := adminPage(params)
+	if err != nil {
+		return nil, err
+	}
+	return b.agentsPage(nil, p.PageToken, size), nil
+}
+
+func (b *Broker) adminTasks(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	p, size, werr := adminPage(params)
+	if werr != nil {
+		return nil, werr
+	}
+	recs, more, err := b.store.List(ctx, store.Query{OpenOnly: true, After: p.PageToken, Limit: size, MaxBytes: b.limits.Page()})
 	if err != nil {
 		return nil, b.internal("list open tasks", err)
 	}
-	res := wire.AdminTasks{Open: []wire.AdminTask{}, Counts: map[string]map[wire.State]int{}}
+	res := wire.AdminTasks{Open: make([]wire.AdminTask, 0, len(recs))}
 	for _, r := range recs {
 		t := &r.Task
 		res.Open = append(res.Open, wire.AdminTask{ID: t.ID, State: t.Status.State, ContextID: t.ContextID,
 			RequesterName: t.RequesterName, AgentName: t.AgentName, AgentContextID: t.AgentContextID, UpdatedAt: t.UpdatedAt})
-		if res.Counts[t.ContextID] == nil {
-			res.Counts[t.ContextID] = map[wire.State]int{}
-		}
-		res.Counts[t.ContextID][t.Status.State]++
+	}
+	if more && len(recs) > 0 {
+		res.NextPageToken = recs[len(recs)-1].Task.ID
 	}
 	return res, nil
 }
 
-func (b *Broker) adminSessions(context.Context, transport.Caller, json.RawMessage) (any, *wire.Error) {
+func (b *Broker) adminSessions(_ context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	p, size, werr := adminPage(params)
+	if werr != nil {
+		return nil, werr
+	}
 	rows := map[string]*wire.AdminSession{}
 	row := func(id string) *wire.AdminSession {
 		if rows[id] == nil {
@@ -91,34 +103,78 @@ func (b *Broker) adminSessions(context.Context, transport.Caller, json.RawMessag
 	}
 	b.reg.mu.RLock()
 	for id, agents := range b.reg.bySession {
-		row(id).Agents = len(agents)
+		if id > p.PageToken {
+			row(id).Agents = len(agents)
+		}
 	}
 	b.reg.mu.RUnlock()
-	b.events.mu.Lock()
-	logs := make(map[string]*sessionLog, len(b.events.sessions))
-	for id, s := range b.events.sessions {
-		logs[id] = s
-	}
-	b.events.mu.Unlock()
-	for id, s := range logs {
+	for id, s := range b.events.all() {
+		if id <= p.PageToken {
+			continue
+		}
 		s.mu.Lock()
-		r := row(id)
-		r.LastSeq, r.Kept = s.seq, s.n
+		if s.n > 0 || rows[id] != nil {
+			r := row(id)
+			r.LastSeq, r.Kept = s.seq, s.n
+		}
 		s.mu.Unlock()
 	}
+	ids := slices.Sorted(maps.Keys(rows))
+	res := wire.AdminSessions{Epoch: b.epoch, Sessions: make([]wire.AdminSession, 0, min(len(ids), size))}
+	if len(ids) > size {
+		ids = ids[:size]
+		res.NextPageToken = ids[size-1]
+	}
 	counter, _ := b.bus.(transport.SubscriberCounter)
-	res := wire.AdminSessions{Epoch: b.epoch, Sessions: make([]wire.AdminSession, 0, len(rows))}
-	for _, r := range rows {
-		if r.Agents == 0 && r.Kept == 0 {
-			continue // a session seen once, with nothing left in it
-		}
+	for _, id := range ids {
+		r := rows[id]
 		if counter != nil {
-			if n, ok := counter.Subscribers(r.ContextID); ok {
+			if n, ok := counter.Subscribers(id); ok {
 				r.Subscribers = &n
 			}
 		}
 		res.Sessions = append(res.Sessions, *r)
 	}
-	slices.SortFunc(res.Sessions, func(x, y wire.AdminSession) int { return strings.Compare(x.ContextID, y.ContextID) })
 	return res, nil
+}
+
+// closeSession serves a2a.sessions.close: the bus revokes the session's
+// credentials (closing their connections), then the session's agents are
+// deregistered unless the host keeps them, and its notifications are
+// forgotten.
+func (b *Broker) closeSession(revoker transport.SessionRevoker) func(context.Context, transport.Caller, json.RawMessage) (any, *wire.Error) {
+	return func(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
+		var p wire.SessionCloseParams
+		if err := wire.DecodeParams(params, &p); err != nil {
+			return nil, err
+		}
+		if err := wire.ValidateID("contextId", p.ContextID); err != nil {
+			return nil, wire.ErrInvalidParams.Withf("%v", err)
+		}
+		if err := revoker.RevokeSession(ctx, p.ContextID); err != nil {
+			return nil, b.internal("revoke the session's credentials", err)
+		}
+		res := wire.SessionCloseResult{Deregistered: []string{}}
+		if !p.KeepAgents {
+			b.reg.mu.RLock()
+			agents := slices.Collect(maps.Values(b.reg.bySession[p.ContextID]))
+			b.reg.mu.RUnlock()
+			slices.SortFunc(agents, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
+			var failed *wire.Error
+			for _, a := range agents {
+				gone, err := b.depart(ctx, a)
+				if gone {
+					res.Deregistered = append(res.Deregistered, a.id)
+				}
+				if err != nil && failed == nil {
+					failed = err
+				}
+			}
+			if failed != nil {
+				return nil, failed
+			}
+		}
+		b.events.forget(p.ContextID)
+		return res, nil
+	}
 }

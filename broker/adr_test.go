@@ -155,7 +155,7 @@ func TestRule3_TaskAccessIsMembershipNotSession(t *testing.T) {
 			}
 			res, err := s.call(wire.MethodListTasks, nil)
 			require.NoError(t, err)
-			assert.JSONEq(t, `{"tasks":[]}`, string(res), "a stranger lists none of the task")
+			assert.JSONEq(t, `{"tasks":[],"nextPageToken":""}`, string(res), "a stranger lists none of the task")
 		})
 	}
 	t.Run("members from both sessions", func(t *testing.T) {
@@ -475,7 +475,7 @@ func TestConsequence_NameReuseCannotReadAnOldTask(t *testing.T) {
 		requireCode(t, err, wire.ErrUnknownAgent)
 		res, err := newcomer.call(wire.MethodListTasks, nil)
 		require.NoError(t, err)
-		assert.JSONEq(t, `{"tasks":[]}`, string(res))
+		assert.JSONEq(t, `{"tasks":[],"nextPageToken":""}`, string(res))
 		require.NoError(t, newcomer.deregister())
 	}
 }

@@ -21,11 +21,12 @@ const (
 	DefaultMaxTasksPerContext = 32
 	DefaultReplayWindow       = 10000
 	DefaultReplayBytes        = 4 << 20
-	DefaultMaxTaskBytes       = 16 << 20
 	DefaultMaxAgents          = 20000
+	DefaultMaxAgentsPerSess   = 64
 	DefaultOrphanTimeout      = 10 * time.Minute
-	// pruneEvery is how often the broker prunes terminal tasks.
-	pruneEvery = time.Minute
+	// housekeepingEvery is how often the broker prunes terminal tasks,
+	// and at most how long it waits to look for idle sessions.
+	housekeepingEvery = time.Minute
 )
 
 // DefaultRetention keeps terminal tasks for 30 days, and at most 100,000
@@ -42,7 +43,9 @@ type Config struct {
 	// DefaultMaxTasksPerContext.
 	MaxTasksPerContext int
 	// MaxMessageBytes is the largest request the broker reads; larger
-	// ones are answered -32600. 0 means wire.DefaultMaxMessageBytes.
+	// ones are answered -32600. Every other size bound derives from it
+	// (wire.NewLimits), and from the bus's payload limit when the bus has
+	// a smaller one. 0 means wire.DefaultMaxMessageBytes.
 	MaxMessageBytes int
 	// ReplayWindow is how many notifications per session are kept for
 	// a2a.events.replay: the longest outage a runtime can bridge without
@@ -51,10 +54,13 @@ type Config struct {
 	// MaxAgents caps the live agents on the host, each with its card in
 	// memory. 0 means DefaultMaxAgents.
 	MaxAgents int
-	// MaxTaskBytes caps the size of one task (its messages, artifacts and
-	// metadata), so that a long conversation cannot grow a task, and every
-	// response that carries it, without bound. 0 means
-	// DefaultMaxTaskBytes.
+	// MaxAgentsPerSession caps the live agents of one session, so that no
+	// session can take the whole host's MaxAgents. 0 means
+	// DefaultMaxAgentsPerSess.
+	MaxAgentsPerSession int
+	// MaxTaskBytes lowers the task limit below what the limits allow
+	// (wire.Limits.Task); a larger value has no effect. 0 means no lower
+	// cap.
 	MaxTaskBytes int
 	// ReplayBytes caps the bytes of the notifications kept per session, so
 	// that large messages cannot make the replay window hold gigabytes;
@@ -62,8 +68,10 @@ type Config struct {
 	ReplayBytes int
 	// OrphanTimeout is how long, after start, open tasks found in the
 	// store wait for their members to re-register before they are closed
-	// as if the member had deregistered. 0 means DefaultOrphanTimeout;
-	// negative disables it.
+	// as if the member had deregistered; and how long a session with no
+	// agent and no subscriber keeps its notifications for replay. 0 means
+	// DefaultOrphanTimeout; negative disables the first and keeps
+	// notifications until the host closes the session.
 	OrphanTimeout time.Duration
 	// Retention bounds the terminal tasks kept in the store; open tasks
 	// are always kept. The zero value means DefaultRetention; set a field
@@ -80,6 +88,7 @@ type Config struct {
 // Broker is the A2A broker. It implements transport.Handler.
 type Broker struct {
 	cfg     Config
+	limits  wire.Limits
 	bus     transport.Bus
 	store   store.Store
 	log     *slog.Logger
@@ -88,6 +97,7 @@ type Broker struct {
 
 	reg     registry
 	events  eventLog
+	taskIDs taskIDs
 	stripes [taskStripes]sync.Mutex
 	// instances serialize the registrations and departures of one
 	// instance id: a departure's closing of its tasks never meets a new
@@ -128,8 +138,8 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	if cfg.MaxAgents <= 0 {
 		cfg.MaxAgents = DefaultMaxAgents
 	}
-	if cfg.MaxTaskBytes <= 0 {
-		cfg.MaxTaskBytes = DefaultMaxTaskBytes
+	if cfg.MaxAgentsPerSession <= 0 {
+		cfg.MaxAgentsPerSession = DefaultMaxAgentsPerSess
 	}
 	if cfg.ReplayBytes <= 0 {
 		cfg.ReplayBytes = DefaultReplayBytes
@@ -148,8 +158,13 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	limits, err := limitsFor(bus, cfg)
+	if err != nil {
+		return nil, err
+	}
 	b := &Broker{
 		cfg:     cfg,
+		limits:  limits,
 		bus:     bus,
 		store:   cfg.Store,
 		log:     cfg.Logger,
@@ -157,6 +172,10 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 		started: cfg.Now(),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	if limits.Message < cfg.MaxMessageBytes {
+		b.log.Warn("the bus carries less than the message limit allows: limits lowered to fit it",
+			"maxMessageBytes", limits.Message, "maxTaskBytes", limits.Task, "payload", limits.Payload)
+	}
 	b.reg.init()
 	b.events.init(cfg.ReplayWindow, cfg.ReplayBytes)
 	b.methods = map[string]method{
@@ -181,10 +200,10 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 			b.methods[name] = method{host: true, serve: hostMethod(fn)}
 		}
 	}
-	if err := b.startOrphanSweep(); err != nil {
+	if err := b.startOrphanSweep(b.ctx); err != nil {
 		return nil, err
 	}
-	b.startPruning()
+	b.startHousekeeping()
 	if err := bus.Serve(b); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("broker: serve: %w", err)
@@ -193,23 +212,49 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	return b, nil
 }
 
-// startPruning prunes terminal tasks beyond the retention, now and then
-// every pruneEvery, until Close.
-func (b *Broker) startPruning() {
-	if b.cfg.Retention == (store.Retention{}) {
-		return
+// limitsFor derives the size limits from the message limit and from the
+// bus's payload limit, when the bus has one.
+func limitsFor(bus transport.Bus, cfg Config) (wire.Limits, error) {
+	l := wire.NewLimits(cfg.MaxMessageBytes)
+	if pl, ok := bus.(transport.PayloadLimiter); ok {
+		var err error
+		if l, err = l.Within(pl.MaxPayload()); err != nil {
+			return l, fmt.Errorf("broker: %w", err)
+		}
+	}
+	if cfg.MaxTaskBytes > 0 && cfg.MaxTaskBytes < l.Task {
+		l.Task = cfg.MaxTaskBytes
+	}
+	return l, nil
+}
+
+// Limits returns the size limits the broker enforces.
+func (b *Broker) Limits() wire.Limits { return b.limits }
+
+// startHousekeeping prunes terminal tasks beyond the retention and drops
+// the notifications of idle sessions, now and then every
+// housekeepingEvery, until Close.
+func (b *Broker) startHousekeeping() {
+	every := housekeepingEvery
+	if t := b.cfg.OrphanTimeout; t > 0 {
+		every = min(every, max(t/4, 10*time.Millisecond))
 	}
 	b.wg.Go(func() {
-		tick := time.NewTicker(pruneEvery)
+		tick := time.NewTicker(every)
 		defer tick.Stop()
+		lastPrune := time.Time{}
 		for {
-			n, err := b.store.Prune(b.ctx, b.cfg.Retention, b.cfg.Now())
-			switch {
-			case err != nil && b.ctx.Err() == nil:
-				b.log.Warn("pruning terminal tasks failed", "error", err)
-			case n > 0:
-				b.log.Info("pruned terminal tasks", "count", n)
+			if b.cfg.Retention != (store.Retention{}) && time.Since(lastPrune) >= housekeepingEvery {
+				lastPrune = time.Now()
+				n, err := b.store.Prune(b.ctx, b.cfg.Retention, b.cfg.Now())
+				switch {
+				case err != nil && b.ctx.Err() == nil:
+					b.log.Warn("pruning terminal tasks failed", "error", err)
+				case n > 0:
+					b.log.Info("pruned terminal tasks", "count", n)
+				}
 			}
+			b.sweepSessions()
 			select {
 			case <-b.ctx.Done():
 				return
@@ -222,7 +267,7 @@ func (b *Broker) startPruning() {
 // Epoch returns the name of this broker run; it changes at every start.
 func (b *Broker) Epoch() string { return b.epoch }
 
-// Close stops the broker's own work (the orphan sweep, pruning). It neither closes
+// Close stops the broker's own work (the orphan sweep, housekeeping). It neither closes
 // the bus nor the store. Idempotent.
 func (b *Broker) Close() error {
 	b.cancel()
@@ -242,7 +287,7 @@ func hostMethod(fn transport.HostMethod) func(context.Context, transport.Caller,
 
 // ServeRPC implements transport.Handler: it answers one raw request.
 func (b *Broker) ServeRPC(ctx context.Context, from transport.Caller, raw []byte) []byte {
-	req, perr := wire.ParseRequest(raw, b.cfg.MaxMessageBytes)
+	req, perr := wire.ParseRequest(raw, b.limits.Message)
 	if perr != nil {
 		b.log.Debug("bad request", "scope", from.Scope, "error", perr.Message)
 		return wire.ErrorResponse(nil, perr)

@@ -3,7 +3,10 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"maps"
 	"sync"
+	"time"
 
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -22,6 +25,12 @@ type eventLog struct {
 // sessionLog is one session's numbered notifications. Its lock is held
 // while a notification is numbered, kept and published, so the session's
 // notifications are published in seq order.
+//
+// A session's log is kept until the host closes the session, or until it
+// has had no agent and no subscriber for the orphan timeout; then its
+// notifications go, but not its seq, which goes on from where it was for
+// the whole epoch (a few dozen bytes per session id), so that a runtime
+// still following it never takes a new event for an old one.
 type sessionLog struct {
 	mu    sync.Mutex
 	seq   uint64   // the last seq given
@@ -29,6 +38,9 @@ type sessionLog struct {
 	head  int      // index of the oldest
 	n     int      // how many are kept
 	bytes int      // their size
+	// idleSince is when the session was first seen with no agent and no
+	// subscriber, zero while it has either.
+	idleSince time.Time
 }
 
 func (l *eventLog) init(window, maxBytes int) {
@@ -48,27 +60,60 @@ func (l *eventLog) session(id string, create bool) *sessionLog {
 	return s
 }
 
-// forget drops the kept notifications of a session left without live
-// agents, keeping its seq. The check is made under the session's lock,
-// which emit holds while it keeps: an agent registering meanwhile keeps
-// its events.
-func (l *eventLog) forget(b *Broker, session string) {
-	s := l.session(session, false)
-	if s == nil {
-		return
+// all returns the session logs, to be visited without l.mu.
+func (l *eventLog) all() map[string]*sessionLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.sessions)
+}
+
+// forget drops the kept notifications of a session, keeping its seq.
+func (l *eventLog) forget(session string) {
+	if s := l.session(session, false); s != nil {
+		s.mu.Lock()
+		s.drop()
+		s.mu.Unlock()
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if b.reg.sessionLive(session) {
-		return
-	}
-	s.drop()
 }
 
 // drop forgets the kept notifications. s.mu is held.
 func (s *sessionLog) drop() {
 	clear(s.ring)
 	s.ring, s.head, s.n, s.bytes = nil, 0, 0, 0
+}
+
+// sweepSessions drops the notifications of the sessions that have had no
+// agent and no subscriber for the orphan timeout. A bus that cannot count
+// subscribers (the pipe) counts none: there, a session's agents alone
+// keep its notifications.
+func (b *Broker) sweepSessions() {
+	if b.cfg.OrphanTimeout < 0 {
+		return
+	}
+	now := b.cfg.Now()
+	counter, _ := b.bus.(transport.SubscriberCounter)
+	for id, s := range b.events.all() {
+		s.mu.Lock()
+		if s.n == 0 {
+			s.mu.Unlock()
+			continue
+		}
+		busy := b.reg.sessionLive(id)
+		if !busy && counter != nil {
+			n, _ := counter.Subscribers(id)
+			busy = n > 0
+		}
+		switch {
+		case busy:
+			s.idleSince = time.Time{}
+		case s.idleSince.IsZero():
+			s.idleSince = now
+		case now.Sub(s.idleSince) >= b.cfg.OrphanTimeout:
+			s.drop()
+			s.idleSince = time.Time{}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // notification is the encoded shape of every notification; params is
@@ -79,10 +124,15 @@ type notification struct {
 	Params  any    `json:"params"`
 }
 
+// errTooLarge: a notification would not fit the bus's payload limit.
+var errTooLarge = errors.New("notification over the payload limit")
+
 // emit numbers, encodes once, keeps and publishes one notification to
 // recipient in session. params builds the notification's params from its
-// head.
-func (l *eventLog) emit(b *Broker, recipient, session, fromSession, method string, params func(wire.EventHead) any) {
+// head. A notification over the payload limit is neither numbered nor
+// sent (errTooLarge): a task event never is one (the task limit sees to
+// it), a push may be.
+func (l *eventLog) emit(b *Broker, recipient, session, fromSession, method string, params func(wire.EventHead) any) error {
 	s := l.session(session, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -97,19 +147,21 @@ func (l *eventLog) emit(b *Broker, recipient, session, fromSession, method strin
 	if err != nil {
 		// Every field was validated on the way in; this is a bug.
 		b.log.Error("encode notification", "method", method, "error", err)
-		return
+		return err
+	}
+	if len(msg) > b.limits.Item() {
+		if method != wire.NotifyPush {
+			b.log.Error("notification over the payload limit not sent", "method", method, "bytes", len(msg))
+		}
+		return errTooLarge
 	}
 	s.seq++
-	// Kept for replay only while the session has someone to replay it:
-	// events for a session without live agents (the closing of a departed
-	// agent's tasks, say) are published, not kept.
-	if b.reg.sessionLive(session) {
-		s.keep(msg, l.window, l.maxBytes)
-	}
+	s.keep(msg, l.window, l.maxBytes)
 	if err := b.bus.Publish(session, msg); err != nil {
 		// The notification is kept: the recipient's runtime replays it.
 		b.log.Warn("publish failed; the event stays in the replay log", "seq", head.Seq, "error", err)
 	}
+	return nil
 }
 
 // keep adds msg as the newest, dropping the oldest beyond window
@@ -139,9 +191,10 @@ func (s *sessionLog) keep(msg []byte, window, maxBytes int) {
 // is kept.
 func (s *sessionLog) oldest() uint64 { return s.seq - uint64(s.n) + 1 }
 
-// since returns the kept notifications after seq afterSeq, in order; nil
-// when some of them are no longer kept. s.mu is held.
-func (s *sessionLog) since(afterSeq uint64) []json.RawMessage {
+// since returns the kept notifications after seq afterSeq, in order, as
+// many as fit maxBytes (the first always); nil when some of them are no
+// longer kept. s.mu is held.
+func (s *sessionLog) since(afterSeq uint64, maxBytes int) []json.RawMessage {
 	oldest := s.oldest()
 	if afterSeq+1 < oldest {
 		return nil
@@ -151,8 +204,13 @@ func (s *sessionLog) since(afterSeq uint64) []json.RawMessage {
 	}
 	skip := int(afterSeq + 1 - oldest)
 	events := make([]json.RawMessage, 0, s.n-skip)
+	size := 0
 	for i := skip; i < s.n; i++ {
-		events = append(events, s.ring[(s.head+i)%len(s.ring)])
+		ev := s.ring[(s.head+i)%len(s.ring)]
+		if size += len(ev) + 1; size > maxBytes && len(events) > 0 {
+			break
+		}
+		events = append(events, ev)
 	}
 	return events
 }
@@ -198,7 +256,7 @@ func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.
 		// last, which lastSeq lets the caller see).
 		return res, nil
 	}
-	events := s.since(*p.AfterSeq)
+	events := s.since(*p.AfterSeq, b.limits.Page())
 	if events == nil {
 		return nil, gap("the events after that seq are no longer kept")
 	}

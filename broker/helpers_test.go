@@ -52,11 +52,22 @@ func newOwnerEnv(t testing.TB, cfg broker.Config) *env {
 
 func newEnvOn(t testing.TB, cfg broker.Config, bcfg fakebus.Config) *env {
 	t.Helper()
+	return newEnvWrapped(t, cfg, bcfg, nil)
+}
+
+// newEnvWrapped is newEnvOn with the broker serving on wrap(bus): a bus
+// that adds features (a payload limit, session credentials) or watches.
+func newEnvWrapped(t testing.TB, cfg broker.Config, bcfg fakebus.Config, wrap func(*fakebus.Bus) transport.Bus) *env {
+	t.Helper()
 	bus := fakebus.New(bcfg)
 	if cfg.Logger == nil {
 		cfg.Logger = quietLogger()
 	}
-	b, err := broker.New(bus, cfg)
+	var served transport.Bus = bus
+	if wrap != nil {
+		served = wrap(bus)
+	}
+	b, err := broker.New(served, cfg)
 	require.NoError(t, err)
 	e := &env{t: t, bus: bus, broker: b, sessions: map[string]*session{}, codes: map[int]int{}}
 	t.Cleanup(func() {

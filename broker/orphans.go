@@ -11,29 +11,37 @@ import (
 // run. Their members get OrphanTimeout to register again (by instance id);
 // the tasks of those that do not are then closed as if they had
 // deregistered.
-func (b *Broker) startOrphanSweep() error {
+func (b *Broker) startOrphanSweep(ctx context.Context) error {
 	if b.cfg.OrphanTimeout < 0 {
-		return nil
-	}
-	recs, err := b.store.List(context.Background(), store.Query{OpenOnly: true})
-	if err != nil {
-		return err
-	}
-	if len(recs) == 0 {
 		return nil
 	}
 	type member struct{ instance, session string }
 	var members []member
-	seen := map[string]bool{}
-	for _, r := range recs {
-		for _, m := range []member{{r.RequesterInstance, r.Task.ContextID}, {r.AgentInstance, r.Task.AgentContextID}} {
-			if !seen[m.instance] {
-				seen[m.instance] = true
-				members = append(members, m)
+	waiting := map[string]bool{}
+	tasks := 0
+	// A page at a time: the open tasks of an earlier run may be many.
+	err := b.eachPage(ctx, store.Query{OpenOnly: true}, func(recs []*store.Record) error {
+		for _, r := range recs {
+			tasks++
+			for _, m := range []member{{r.RequesterInstance, r.Task.ContextID}, {r.AgentInstance, r.Task.AgentContextID}} {
+				if !waiting[m.instance] {
+					waiting[m.instance] = true
+					members = append(members, m)
+				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	b.log.Info("open tasks from an earlier run wait for their members", "tasks", len(recs), "members", len(members), "timeout", b.cfg.OrphanTimeout)
+	if tasks == 0 {
+		return nil
+	}
+	b.reg.mu.Lock()
+	b.reg.orphans = waiting
+	b.reg.mu.Unlock()
+	b.log.Info("open tasks from an earlier run wait for their members", "tasks", tasks, "members", len(members), "timeout", b.cfg.OrphanTimeout)
 	timer := time.NewTimer(b.cfg.OrphanTimeout)
 	b.wg.Go(func() {
 		defer timer.Stop()
@@ -45,6 +53,9 @@ func (b *Broker) startOrphanSweep() error {
 		for _, m := range members {
 			b.sweepOrphan(m.instance, m.session)
 		}
+		b.reg.mu.Lock()
+		b.reg.orphans = nil
+		b.reg.mu.Unlock()
 	})
 	return nil
 }
@@ -55,7 +66,7 @@ func (b *Broker) sweepOrphan(instance, session string) {
 	unlock := b.lockInstance(instance)
 	defer unlock()
 	b.reg.mu.RLock()
-	back := b.reg.seen[instance]
+	back := !b.reg.orphans[instance]
 	b.reg.mu.RUnlock()
 	if back {
 		return

@@ -33,7 +33,7 @@ func newGateStore(match func(store.Query) bool) *gateStore {
 	return &gateStore{Memory: store.NewMemory(), match: match, entered: make(chan struct{}), release: make(chan struct{})}
 }
 
-func (g *gateStore) List(ctx context.Context, q store.Query) ([]*store.Record, error) {
+func (g *gateStore) List(ctx context.Context, q store.Query) ([]*store.Record, bool, error) {
 	if g.match(q) {
 		g.once.Do(func() { close(g.entered); <-g.release })
 	}
@@ -98,7 +98,8 @@ func TestDeregisterSweepSparesANewRegistration(t *testing.T) {
 // TestReRegisterKeepsItsAgentIdUnderContention: same instance, same name:
 // the same agentId, even while others register that name.
 func TestReRegisterKeepsItsAgentIdUnderContention(t *testing.T) {
-	e := newEnv(t, broker.Config{})
+	// 150 agents of s2 stay live: lift the per-session cap.
+	e := newEnv(t, broker.Config{MaxAgentsPerSession: 1000})
 	for round := range 50 {
 		inst := fmt.Sprint("inst-", round)
 		name := fmt.Sprint("w", round)
@@ -254,7 +255,8 @@ func TestTheHostHasABoundOnLiveAgents(t *testing.T) {
 		e.registerInstance(fmt.Sprint("s", i), "a", fmt.Sprint("inst-", i))
 	}
 	_, err := e.call("s9", wire.MethodRegister, wire.RegisterParams{ContextID: "s9", Card: &wire.AgentCard{Name: "one-too-many"}})
-	requireCode(t, err, wire.ErrInvalidParams)
+	requireCode(t, err, wire.ErrAgentLimit)
+	assert.ErrorContains(t, err, "the host already has 3 live agents")
 	// Replacing a live registration is not a new agent: it still works.
 	again := e.registerInstance("s0", "a", "inst-0")
 	assert.Equal(t, "a", again.id)

@@ -87,11 +87,14 @@ type registry struct {
 	byInstance map[string]*agent
 	bySession  map[string]map[string]*agent
 	// hint maps a base name to a suffix below which every base-N is taken,
-	// so that uniquifying many agents of one name stays cheap.
+	// so that uniquifying many agents of one name stays cheap. A hint of
+	// 2 is no hint: such entries are deleted, so that the map holds only
+	// names in use.
 	hint map[string]int
-	// seen holds the instances registered since the broker started, for
-	// the orphan sweep.
-	seen map[string]bool
+	// orphans holds the instances the orphan sweep waits for (members of
+	// open tasks found at start) that have not registered again; nil once
+	// the sweep is done. Registrations delete from it, so it only shrinks.
+	orphans map[string]bool
 }
 
 func (r *registry) init() {
@@ -100,7 +103,6 @@ func (r *registry) init() {
 	r.byInstance = map[string]*agent{}
 	r.bySession = map[string]map[string]*agent{}
 	r.hint = map[string]int{}
-	r.seen = map[string]bool{}
 }
 
 // uniqueID returns name, or name-N with the lowest free N >= 2. r.mu is
@@ -133,7 +135,7 @@ func (r *registry) add(a *agent) {
 		r.bySession[a.session] = s
 	}
 	s[a.id] = a
-	r.seen[a.instance] = true
+	delete(r.orphans, a.instance)
 }
 
 // remove drops a from every index. r.mu is held.
@@ -144,7 +146,11 @@ func (r *registry) remove(a *agent) {
 		if i := strings.LastIndexByte(a.id, '-'); i > 0 {
 			if n, err := strconv.Atoi(a.id[i+1:]); err == nil && n >= 2 {
 				if h, ok := r.hint[a.id[:i]]; ok && n < h {
-					r.hint[a.id[:i]] = n
+					if n == 2 {
+						delete(r.hint, a.id[:i])
+					} else {
+						r.hint[a.id[:i]] = n
+					}
 				}
 			}
 		}
@@ -330,15 +336,32 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, params jso
 		r.mu.Unlock()
 		return nil, wire.ErrInvalidParams.Withf("card: %d bytes encoded; at most %d", len(enc), wire.MaxCardBytes)
 	}
-	if old == nil && len(r.byID) >= b.cfg.MaxAgents {
+	if err := b.capsAllow(old, p.ContextID); err != nil {
 		r.mu.Unlock()
-		return nil, wire.ErrInvalidParams.Withf("the host already has %d live agents; deregister some first", b.cfg.MaxAgents)
+		return nil, err
 	}
 	a.card = enc
 	r.add(a)
 	r.mu.Unlock()
 	b.log.Debug("agent registered", "agentId", a.id, "contextId", a.session)
 	return wire.RegisterResult{AgentID: a.id, Token: token, InstanceID: a.instance, Card: card}, nil
+}
+
+// capsAllow checks the live-agent caps for a new registration in
+// session; a replacing one (old != nil, same session) adds no agent. r.mu
+// is held.
+func (b *Broker) capsAllow(old *agent, session string) *wire.Error {
+	if old != nil {
+		return nil
+	}
+	r := &b.reg
+	if len(r.bySession[session]) >= b.cfg.MaxAgentsPerSession {
+		return wire.ErrAgentLimit.Withf("session already has %d live agents (--max-agents-per-session); deregister some first", b.cfg.MaxAgentsPerSession)
+	}
+	if len(r.byID) >= b.cfg.MaxAgents {
+		return wire.ErrAgentLimit.Withf("the host already has %d live agents; deregister some first", b.cfg.MaxAgents)
+	}
+	return nil
 }
 
 func (b *Broker) deregister(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
@@ -351,52 +374,93 @@ func (b *Broker) deregister(ctx context.Context, from transport.Caller, params j
 	if shapeErr != nil {
 		return nil, shapeErr
 	}
+	gone, werr := b.depart(ctx, a)
+	if werr != nil {
+		return nil, werr
+	}
+	if !gone {
+		return nil, errRevoked()
+	}
+	return struct{}{}, nil
+}
+
+// depart deregisters a: its token stops working at once, and its open
+// tasks are closed, even if the caller stops waiting. It reports false
+// when a was gone already. If some closing cannot be stored, the error
+// says so (the agent stays revoked; the tasks are closed by the orphan
+// sweep of the next start).
+func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 	unlockInstance := b.lockInstance(a.instance)
 	defer unlockInstance()
 	if !a.revoke() {
-		return nil, errRevoked()
+		return false, nil
 	}
 	b.reg.mu.Lock()
 	b.reg.remove(a)
 	b.reg.mu.Unlock()
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
-	// No one left in the session replays its events: let them go (the
-	// seq stays, so a runtime still listening sees a gap).
-	b.events.forget(b, a.session)
-	// The agent is gone whatever happens next: its tasks are closed even
-	// if the caller stops waiting. If some closing cannot be stored, the
-	// answer says so (the agent stays revoked; the tasks are closed by
-	// the orphan sweep of the next start).
 	if err := b.closeTasksOf(context.WithoutCancel(ctx), a.instance, a.session); err != nil {
 		b.log.Error("deregistered agent's tasks not all closed", "agentId", a.id, "error", err.Message)
-		return nil, wire.ErrInternal.Withf("the agent is deregistered, but closing its tasks failed: %s", err.Message)
+		return true, wire.ErrInternal.Withf("the agent is deregistered, but closing its tasks failed: %s", err.Message)
 	}
-	return struct{}{}, nil
+	return true, nil
 }
 
 func (b *Broker) listAgents(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	var p wire.TokenParams
+	var p wire.ListAgentsParams
 	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
-		b.reg.mu.RLock()
-		all := make([]*agent, 0, len(b.reg.byID))
-		size := 0
-		for _, a := range b.reg.byID {
-			if a != self {
-				all = append(all, a)
-				size += len(a.card) + 1
-			}
+		size, err := pageSize(p.PageParams)
+		if err != nil {
+			return nil, err
 		}
-		b.reg.mu.RUnlock()
-		slices.SortFunc(all, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
-		out := make([]byte, 0, size+16)
-		out = append(out, `{"agents":[`...)
-		for i, a := range all {
-			if i > 0 {
-				out = append(out, ',')
-			}
-			out = append(out, a.card...)
-		}
-		out = append(out, "]}"...)
-		return json.RawMessage(out), nil
+		return b.agentsPage(self, p.PageToken, size), nil
 	})
+}
+
+// agentsPage encodes one page of the live agents after the agentId
+// after, in agentId order, without self, as a2a.agents.list and
+// a2a.admin.agents answer: {agents, nextPageToken}. A page holds at most
+// size cards and stays within the page budget.
+func (b *Broker) agentsPage(self *agent, after string, size int) json.RawMessage {
+	b.reg.mu.RLock()
+	ids := make([]*agent, 0, min(len(b.reg.byID), 4*size))
+	for id, a := range b.reg.byID {
+		if a != self && id > after {
+			ids = append(ids, a)
+		}
+	}
+	b.reg.mu.RUnlock()
+	slices.SortFunc(ids, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
+	out := make([]byte, 0, 1024)
+	out = append(out, `{"agents":[`...)
+	next := ""
+	for i, a := range ids {
+		if i == size || (i > 0 && len(out)+len(a.card) > b.limits.Page()) {
+			next = ids[i-1].id
+			break
+		}
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, a.card...)
+	}
+	out = append(out, `],"nextPageToken":`...)
+	tok, _ := json.Marshal(next)
+	out = append(out, tok...)
+	return append(out, '}')
+}
+
+// pageSize checks a list's paging params and returns the page size.
+func pageSize(p wire.PageParams) (int, *wire.Error) {
+	switch {
+	case p.PageSize < 0:
+		return 0, wire.ErrInvalidParams.Withf("pageSize: must not be negative")
+	case p.PageSize > wire.MaxPageSize:
+		return 0, wire.ErrInvalidParams.Withf("pageSize: at most %d (got %d)", wire.MaxPageSize, p.PageSize)
+	case len(p.PageToken) > wire.MaxIDBytes:
+		return 0, wire.ErrInvalidParams.Withf("pageToken: not a token this broker gave")
+	case p.PageSize == 0:
+		return wire.DefaultPageSize, nil
+	}
+	return p.PageSize, nil
 }

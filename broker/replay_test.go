@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -214,7 +215,10 @@ func TestReplay_WindowGrowsAndWraps(t *testing.T) {
 	}
 }
 
-func TestReplay_ASessionLeftEmptyLetsItsEventsGo(t *testing.T) {
+// TestReplay_KeptAcrossAgentChurn: between a settled delegate and the
+// next spawn (the ADR's rhythm), a runtime that reconnects still replays
+// what it missed.
+func TestReplay_KeptAcrossAgentChurn(t *testing.T) {
 	e := newEnv(t, broker.Config{})
 	a := e.register("s1", "a")
 	b := e.register("s2", "b")
@@ -223,20 +227,69 @@ func TestReplay_ASessionLeftEmptyLetsItsEventsGo(t *testing.T) {
 		require.NoError(t, err)
 	}
 	epoch := e.broker.Epoch()
-	r, err := replayCall(e, "s1", epoch, 0)
-	require.NoError(t, err)
-	require.Len(t, r.Events, 3)
 	require.NoError(t, a.deregister())
-	_, err = replayCall(e, "s1", epoch, 0)
-	requireCode(t, err, wire.ErrReplayGap)
-	var we *wire.Error
-	require.True(t, errors.As(err, &we))
-	assert.Equal(t, uint64(4), we.Data.OldestSeq, "the seq stays: nothing kept, next is 4")
+	e.broker.SweepSessions() // no agent now, but the timeout has not passed
+	r, err := replayCall(e, "s1", epoch, 0)
+	require.NoError(t, err, "the session's events outlive its last agent")
+	require.Len(t, r.Events, 3)
 	// A new agent in the session continues the numbering.
 	e.register("s1", "a2")
 	_, err = b.call(wire.MethodSend, map[string]any{"to": "a2", "oneway": true, "message": text("again")})
 	require.NoError(t, err)
-	r, err = replayCall(e, "s1", epoch, 3)
+	r, err = replayCall(e, "s1", epoch, 0)
+	require.NoError(t, err)
+	require.Len(t, r.Events, 4)
+	ev, _ := wire.DecodeEvent(r.Events[3])
+	assert.Equal(t, uint64(4), ev.Push.Seq)
+}
+
+// TestReplay_AnIdleSessionLetsItsEventsGo: with no agent and no
+// subscriber for the orphan timeout, a session's events go; its seq
+// stays.
+func TestReplay_AnIdleSessionLetsItsEventsGo(t *testing.T) {
+	now := time.Date(2026, 9, 5, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	e := newEnv(t, broker.Config{Now: clock, OrphanTimeout: 10 * time.Minute})
+	a := e.register("s1", "a")
+	b := e.register("s2", "b")
+	for i := range 3 {
+		_, err := b.call(wire.MethodSend, map[string]any{"to": "a", "oneway": true, "message": text(fmt.Sprint(i))})
+		require.NoError(t, err)
+	}
+	epoch := e.broker.Epoch()
+	require.NoError(t, a.deregister())
+	kept := func() int {
+		r, err := replayCall(e, "s1", epoch, 0)
+		if err != nil {
+			requireCode(t, err, wire.ErrReplayGap)
+			var we *wire.Error
+			require.True(t, errors.As(err, &we))
+			assert.Equal(t, uint64(4), we.Data.OldestSeq, "the seq stays: nothing kept, next is 4")
+			return 0
+		}
+		return len(r.Events)
+	}
+	// A subscriber keeps the session busy, however long.
+	e.broker.SweepSessions()
+	advance(time.Hour)
+	e.broker.SweepSessions()
+	require.Equal(t, 3, kept(), "a subscribed session keeps its events")
+	// Without it, the timeout runs from the first sweep that sees it idle.
+	require.NoError(t, e.session("s1").sub.Close())
+	e.broker.SweepSessions()
+	advance(9 * time.Minute)
+	e.broker.SweepSessions()
+	require.Equal(t, 3, kept(), "idle for less than the timeout")
+	advance(time.Minute)
+	e.broker.SweepSessions()
+	require.Equal(t, 0, kept(), "idle for the timeout")
+	// A new agent continues the numbering.
+	e.register("s1", "a2")
+	_, err := b.call(wire.MethodSend, map[string]any{"to": "a2", "oneway": true, "message": text("again")})
+	require.NoError(t, err)
+	r, err := replayCall(e, "s1", epoch, 3)
 	require.NoError(t, err)
 	require.Len(t, r.Events, 1)
 	ev, _ := wire.DecodeEvent(r.Events[0])

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -30,8 +32,7 @@ func (b *Broker) lockTask(id string) func() {
 }
 
 func (b *Broker) send(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	var p sendParams
-	p.size = len(params)
+	var p wire.SendParams
 	// send takes its own holds: a new task needs both members held.
 	return b.withCaller(from, params, &p, &p.Token, false, func(self *agent) (any, *wire.Error) {
 		if p.Message == nil {
@@ -42,9 +43,6 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 		}
 		if err := validObject("metadata", p.Metadata); err != nil {
 			return nil, err
-		}
-		if p.size > b.cfg.MaxTaskBytes {
-			return nil, wire.ErrInvalidParams.Withf("message: a task holds at most %d bytes", b.cfg.MaxTaskBytes)
 		}
 		if p.TaskID != "" {
 			if p.Oneway {
@@ -142,9 +140,12 @@ func (b *Broker) push(self, peer *agent, m *wire.Message) (any, *wire.Error) {
 	defer self.leave()
 	defer peer.leave()
 	msg := b.stamp(*m, self, wire.RoleUser, "", self.session)
-	b.events.emit(b, peer.id, peer.session, self.session, wire.NotifyPush, func(h wire.EventHead) any {
+	err := b.events.emit(b, peer.id, peer.session, self.session, wire.NotifyPush, func(h wire.EventHead) any {
 		return &wire.Push{EventHead: h, From: self.id, Message: &msg}
 	})
+	if errors.Is(err, errTooLarge) {
+		return nil, wire.ErrInvalidParams.Withf("message: over %d bytes once encoded as a notification; send it as a task, or smaller", b.limits.Payload)
+	}
 	return wire.SendResult{Delivered: peer.id}, nil
 }
 
@@ -173,21 +174,35 @@ func (b *Broker) stamp(m wire.Message, from *agent, role wire.Role, taskID, cont
 	return m
 }
 
-// sendParams are a2a.message.send's params and their encoded size, which
-// a task's size grows by.
-type sendParams struct {
-	wire.SendParams
-	size int
-}
-
-// errTooBig aborts an update that would take a task over MaxTaskBytes.
+// errTooBig aborts a change that would take a task over the task limit.
 var errTooBig = errors.New("task too big")
 
 func (b *Broker) tooBig() *wire.Error {
-	return wire.ErrInvalidParams.Withf("the task would exceed %d bytes; start a new task", b.cfg.MaxTaskBytes)
+	return wire.ErrInvalidParams.Withf("the task would exceed %d bytes (--max-message-bytes sets the limit); start a new task", b.limits.Task)
 }
 
-func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *sendParams) (any, *wire.Error) {
+// jsonLen is the length of v's JSON encoding, as the broker sends it. A
+// task's Size is the sum of its parts' jsonLen: every response and
+// notification that carries the task then fits the payload limit.
+func jsonLen(v any) int {
+	out, err := json.Marshal(v)
+	if err != nil {
+		return 0 // validated on the way in: cannot happen
+	}
+	return len(out)
+}
+
+// grow adds delta bytes to a task's size, unless that takes it over the
+// task limit (errTooBig).
+func (b *Broker) grow(r *store.Record, delta int) error {
+	if r.Size+delta > b.limits.Task {
+		return errTooBig
+	}
+	r.Size += delta
+	return nil
+}
+
+func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.SendParams) (any, *wire.Error) {
 	// Hold both members, so that neither can be deregistered before the
 	// task exists: a task is never assigned to a dead agent, nor requested
 	// by one.
@@ -197,8 +212,8 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *sendParam
 	defer self.leave()
 	defer peer.leave()
 
-	id := newTaskID()
 	now := wire.NewTime(b.cfg.Now())
+	id := b.taskIDs.next(now.Time)
 	msg := b.stamp(*p.Message, self, wire.RoleUser, id, self.session)
 	rec := &store.Record{
 		Task: wire.Task{
@@ -216,7 +231,10 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *sendParam
 		},
 		RequesterInstance: self.instance,
 		AgentInstance:     peer.instance,
-		Size:              p.size,
+	}
+	rec.Size = jsonLen(&rec.Task)
+	if rec.Size > b.limits.Task {
+		return nil, b.tooBig()
 	}
 	unlock := b.lockTask(id)
 	defer unlock()
@@ -288,7 +306,7 @@ func (b *Broker) other(rec *store.Record, actor member) (id, session string) {
 
 var errTerminal = errors.New("task is terminal")
 
-func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *sendParams) (any, *wire.Error) {
+func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams) (any, *wire.Error) {
 	rec, m, werr := b.loadTask(ctx, self, p.TaskID)
 	if werr != nil {
 		return nil, werr
@@ -308,16 +326,16 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *sendParams) (an
 		role = wire.RoleAgent
 	}
 	msg := b.stamp(*p.Message, self, role, rec.Task.ID, rec.Task.ContextID)
+	grows := jsonLen(&msg) + 1
 	unlock := b.lockTask(rec.Task.ID)
 	defer unlock()
 	rec, err := b.store.Update(ctx, rec.Task.ID, func(r *store.Record) error {
 		if r.Task.Status.State.Terminal() {
 			return errTerminal
 		}
-		if r.Size+p.size > b.cfg.MaxTaskBytes {
-			return errTooBig
+		if err := b.grow(r, grows); err != nil {
+			return err
 		}
-		r.Size += p.size
 		r.Task.History = append(r.Task.History, msg)
 		r.Task.UpdatedAt = wire.NewTime(b.cfg.Now())
 		return nil
@@ -362,21 +380,47 @@ func (b *Broker) listTasks(ctx context.Context, from transport.Caller, params js
 		default:
 			return nil, wire.ErrInvalidParams.Withf("role: must be requester or assignee")
 		}
-		recs, err := b.store.List(ctx, q)
+		size, werr := pageSize(p.PageParams)
+		if werr != nil {
+			return nil, werr
+		}
+		q.After, q.Limit, q.MaxBytes = p.PageToken, size, b.limits.Page()
+		recs, more, err := b.store.List(ctx, q)
 		if err != nil {
 			return nil, b.internal("list tasks", err)
 		}
-		tasks := make([]*wire.Task, len(recs))
+		res := wire.ListTasksResult{Tasks: make([]*wire.Task, len(recs))}
 		for i, r := range recs {
-			tasks[i] = &r.Task
+			res.Tasks[i] = &r.Task
 		}
-		return wire.ListTasksResult{Tasks: tasks}, nil
+		if more && len(recs) > 0 {
+			res.NextPageToken = recs[len(recs)-1].Task.ID
+		}
+		return res, nil
 	})
+}
+
+// eachPage calls fn with every page of the tasks q selects, a page at a
+// time, so that no more than a page is in memory.
+func (b *Broker) eachPage(ctx context.Context, q store.Query, fn func([]*store.Record) error) error {
+	q.Limit, q.MaxBytes = wire.MaxPageSize, b.limits.Page()
+	for {
+		recs, more, err := b.store.List(ctx, q)
+		if err != nil {
+			return err
+		}
+		if err := fn(recs); err != nil {
+			return err
+		}
+		if !more || len(recs) == 0 {
+			return nil
+		}
+		q.After = recs[len(recs)-1].Task.ID
+	}
 }
 
 func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.UpdateParams
-	size := len(params)
 	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
 		switch p.State {
 		case wire.StateWorking, wire.StateInputRequired, wire.StateCompleted, wire.StateFailed, wire.StateRejected:
@@ -416,7 +460,7 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 				p.Artifacts[i].ArtifactID = uuid.NewString()
 			}
 		}
-		return b.transition(ctx, self, rec, m, p.State, msg, p.Artifacts, size)
+		return b.transition(ctx, self, rec, m, p.State, msg, p.Artifacts)
 	})
 }
 
@@ -430,28 +474,35 @@ func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params j
 		if m != requester {
 			return nil, wire.ErrInvalidTransition.Withf("only the requester cancels a task; update it to failed or rejected instead")
 		}
-		return b.transition(ctx, self, rec, m, wire.StateCanceled, nil, nil, 0)
+		return b.transition(ctx, self, rec, m, wire.StateCanceled, nil, nil)
 	})
 }
 
 // transition moves an open task to state and notifies the other member.
-func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record, m member, state wire.State, msg *wire.Message, artifacts []wire.Artifact, size int) (any, *wire.Error) {
+func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record, m member, state wire.State, msg *wire.Message, artifacts []wire.Artifact) (any, *wire.Error) {
 	otherID, otherSession := b.other(rec, m)
 	id := rec.Task.ID
+	// What the task grows by besides its status: the message in its
+	// history, the artifacts.
+	grows := 0
+	if msg != nil {
+		grows += jsonLen(msg) + 1
+	}
+	for i := range artifacts {
+		grows += jsonLen(&artifacts[i]) + 1
+	}
 	unlock := b.lockTask(id)
 	defer unlock()
 	rec, err := b.store.Update(ctx, id, func(r *store.Record) error {
 		if r.Task.Status.State.Terminal() {
 			return errTerminal
 		}
-		if msg != nil || len(artifacts) > 0 {
-			if r.Size+size > b.cfg.MaxTaskBytes {
-				return errTooBig
-			}
-			r.Size += size
-		}
 		now := wire.NewTime(b.cfg.Now())
-		r.Task.Status = wire.TaskStatus{State: state, Timestamp: now, Message: msg}
+		status := wire.TaskStatus{State: state, Timestamp: now, Message: msg}
+		if err := b.grow(r, grows+jsonLen(&status)-jsonLen(&r.Task.Status)); err != nil {
+			return err
+		}
+		r.Task.Status = status
 		if msg != nil {
 			r.Task.History = append(r.Task.History, *msg)
 		}
@@ -476,11 +527,20 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 // a settled delegate is deregistered): those assigned to it fail, those it
 // requested are canceled, and the other member hears of each.
 func (b *Broker) closeTasksOf(ctx context.Context, instance, session string) *wire.Error {
-	recs, err := b.store.List(ctx, store.Query{Instance: instance, OpenOnly: true})
-	if err != nil {
-		return b.internal("list tasks of a departed agent", err)
-	}
 	var failed *wire.Error
+	err := b.eachPage(ctx, store.Query{Instance: instance, OpenOnly: true}, func(recs []*store.Record) error {
+		b.closeTasks(ctx, recs, instance, session, &failed)
+		return nil
+	})
+	if err != nil && failed == nil {
+		failed = b.internal("list tasks of a departed agent", err)
+	}
+	return failed
+}
+
+// closeTasks closes recs, the open tasks of a departed instance; the
+// first failure goes to *failed.
+func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance, session string, failed **wire.Error) {
 	for _, rec := range recs {
 		m := requester
 		state := wire.StateCanceled
@@ -494,7 +554,11 @@ func (b *Broker) closeTasksOf(ctx context.Context, instance, session string) *wi
 				return errTerminal
 			}
 			now := wire.NewTime(b.cfg.Now())
-			r.Task.Status = wire.TaskStatus{State: state, Timestamp: now}
+			status := wire.TaskStatus{State: state, Timestamp: now}
+			// A closing is never refused for size: it shrinks the status
+			// or changes it by a few bytes, which the Overhead covers.
+			r.Size += jsonLen(&status) - jsonLen(&r.Task.Status)
+			r.Task.Status = status
 			r.Task.UpdatedAt = now
 			return nil
 		})
@@ -502,12 +566,11 @@ func (b *Broker) closeTasksOf(ctx context.Context, instance, session string) *wi
 			b.notifyTask(&updated.Task, otherID, otherSession, session, wire.EventStatus, nil)
 		}
 		unlock()
-		if err != nil && !errors.Is(err, errTerminal) && failed == nil {
+		if err != nil && !errors.Is(err, errTerminal) && *failed == nil {
 			// Go on with the others; report the first failure.
-			failed = b.internal("close task of a departed agent", err)
+			*failed = b.internal("close task of a departed agent", err)
 		}
 	}
-	return failed
 }
 
 // notifyTask publishes an a2a.task.event about task to one member.
@@ -527,13 +590,33 @@ func quote(s string) string {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// newTaskID returns a version 7 UUID: time-ordered, so that ids sort in
-// creation order within a millisecond too (the store lists by createdAt,
-// then id).
-func newTaskID() string {
-	id, err := uuid.NewV7()
-	if err != nil {
-		return uuid.NewString()
+// taskIDs mints task ids: version 7 UUIDs whose time is the task's
+// createdAt (to the millisecond) followed by a counter, so that task ids
+// sort by createdAt, then in creation order: the order in which lists
+// return them, and the key of their pages.
+type taskIDs struct {
+	mu     sync.Mutex
+	lastMs uint64
+	count  uint32 // 18 bits, from a random start in each millisecond
+}
+
+func (g *taskIDs) next(createdAt time.Time) string {
+	id := uuid.New() // version 4: the rest stays random
+	ms := uint64(createdAt.UnixMilli())
+	g.mu.Lock()
+	if ms != g.lastMs || g.count >= 1<<18-1 {
+		g.lastMs = ms
+		g.count = uint32(id[6]&0x0f)<<13 | uint32(id[7])<<5 | uint32(id[8]&0x1f) // below 1<<17
+	} else {
+		g.count++
 	}
+	c := g.count
+	g.mu.Unlock()
+	for i := range 6 {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	id[6] = 0x70 | byte(c>>14)&0x0f // version 7, counter bits 17..14
+	id[7] = byte(c >> 6)            // counter bits 13..6
+	id[8] = 0x80 | byte(c&0x3f)     // RFC 9562 variant, counter bits 5..0
 	return id.String()
 }

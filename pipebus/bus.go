@@ -73,7 +73,15 @@ type Bus struct {
 	dropped atomic.Uint64
 }
 
-var _ transport.Bus = (*Bus)(nil)
+var (
+	_ transport.Bus            = (*Bus)(nil)
+	_ transport.PayloadLimiter = (*Bus)(nil)
+)
+
+// MaxPayload implements transport.PayloadLimiter: the longest line the
+// broker end writes, wire.NewLimits(MaxMessageBytes).Payload. The host
+// end reads lines up to wire.MaxPayload, whatever its own settings.
+func (b *Bus) MaxPayload() int { return wire.NewLimits(b.cfg.MaxMessageBytes).Payload }
 
 // ErrPeerGone is the stop reason when the other end stops reading: a write
 // failed or blocked past the write timeout.
@@ -232,14 +240,14 @@ func (b *Bus) readLoop(h transport.Handler) {
 			defer b.handlers.Done()
 			defer func() { <-sem }()
 			if resp := h.ServeRPC(b.ctx, from, line); resp != nil {
-				if len(resp) > maxResponseBytes {
+				if limit := b.MaxPayload(); len(resp) > limit {
 					// The host end would skip the line and its call would
 					// wait for ever: answer that it is too large.
 					var id json.RawMessage
 					if req, _ := wire.ParseRequest(line, len(line)); req != nil {
 						id = req.ID
 					}
-					resp = wire.ErrorResponse(id, wire.ErrInternal.Withf("the response of %d bytes is over the pipe's limit of %d", len(resp), maxResponseBytes))
+					resp = wire.ErrorResponse(id, wire.ErrInternal.Withf("the response of %d bytes is over the pipe's limit of %d", len(resp), limit))
 				}
 				b.respond(resp)
 			}

@@ -17,8 +17,9 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// maxResponseBytes is the longest line the host end reads at least.
-const maxResponseBytes = 64 << 20
+// maxResponseBytes is the longest line the host end reads: the largest
+// payload of any broker, whatever its message limit.
+const maxResponseBytes = wire.MaxPayload
 
 // ClientConfig configures the host end. The zero value is the default
 // everywhere.
@@ -131,9 +132,9 @@ func (c *Client) Done() <-chan struct{} { return c.done }
 func (c *Client) readLoop(r io.Reader) {
 	defer c.readerWG.Done()
 	defer close(c.done)
-	// Responses may be far larger than requests (a list of ten thousand
-	// agents): read lines up to maxResponseBytes.
-	lr := newLineReader(r, max(8*c.cfg.MaxMessageBytes, maxResponseBytes))
+	// Responses may be far larger than requests (a page of tasks): read
+	// lines up to maxResponseBytes.
+	lr := newLineReader(r, maxResponseBytes)
 	for {
 		line, tooLong, err := lr.next()
 		if err != nil {

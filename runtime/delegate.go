@@ -255,20 +255,38 @@ func (d *Delegate) Task(ctx context.Context, taskID string) (*wire.Task, error) 
 	return d.taskCall(ctx, wire.MethodGetTask, map[string]any{"taskId": taskID})
 }
 
-// Tasks lists the delegate's tasks; state and role ("requester",
-// "assignee") may be empty.
+// Tasks lists the delegate's tasks, oldest first, following the
+// broker's pages; state and role ("requester", "assignee") may be empty.
 func (d *Delegate) Tasks(ctx context.Context, state wire.State, role wire.ListRole) ([]*wire.Task, error) {
-	var res wire.ListTasksResult
-	err := d.do(ctx, func(token string) error {
-		return d.r.call(ctx, wire.MethodListTasks, wire.ListTasksParams{Token: token, State: state, Role: role}, &res)
-	})
+	tasks, err := d.listTasks(ctx, state, role)
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range res.Tasks {
+	for _, t := range tasks {
 		d.heard(t)
 	}
-	return res.Tasks, nil
+	return tasks, nil
+}
+
+// listTasks reads every page of the delegate's tasks.
+func (d *Delegate) listTasks(ctx context.Context, state wire.State, role wire.ListRole) ([]*wire.Task, error) {
+	var all []*wire.Task
+	p := wire.ListTasksParams{State: state, Role: role}
+	for {
+		var res wire.ListTasksResult
+		err := d.do(ctx, func(token string) error {
+			p.Token = token
+			return d.r.call(ctx, wire.MethodListTasks, p, &res)
+		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, res.Tasks...)
+		if res.NextPageToken == "" {
+			return all, nil
+		}
+		p.PageToken = res.NextPageToken
+	}
 }
 
 // Update moves a task assigned to the delegate to a new state, with an
@@ -363,14 +381,10 @@ func (d *Delegate) needResync(reason string) {
 // tasks that changed since the delegate last heard of them.
 func (d *Delegate) resyncNow(ctx context.Context, reason string) (*Resync, error) {
 	// Not through Tasks: that would count them as seen before comparing.
-	var res wire.ListTasksResult
-	err := d.do(ctx, func(token string) error {
-		return d.r.call(ctx, wire.MethodListTasks, wire.ListTasksParams{Token: token}, &res)
-	})
+	tasks, err := d.listTasks(ctx, "", "")
 	if err != nil {
 		return nil, err
 	}
-	tasks := res.Tasks
 	d.mu.Lock()
 	var changed []*wire.Task
 	for _, t := range tasks {

@@ -233,7 +233,11 @@ func (f *Feed) catchUp(ctx context.Context, why string) (answered bool, err erro
 		var we *wire.Error
 		switch {
 		case err == nil:
-			f.enqueue(res.Events, why)
+			// A replay answers a page at a time: go on until the last.
+			if f.enqueue(res.Events, why) > 0 && f.next <= res.LastSeq {
+				attempt = -1
+				continue
+			}
 			return true, nil
 		case errors.As(err, &we) && errors.Is(err, wire.ErrReplayGap) && we.Data != nil && attempt < 3:
 			newEpoch := we.Data.Epoch != f.epoch
@@ -264,7 +268,9 @@ func (f *Feed) catchUp(ctx context.Context, why string) (answered bool, err erro
 	}
 }
 
-func (f *Feed) enqueue(events []json.RawMessage, why string) {
+// enqueue queues the replayed events not yet delivered and returns how
+// many it queued.
+func (f *Feed) enqueue(events []json.RawMessage, why string) int {
 	n := 0
 	for _, raw := range events {
 		ev, err := wire.DecodeEvent(raw)
@@ -281,6 +287,7 @@ func (f *Feed) enqueue(events []json.RawMessage, why string) {
 	if n > 0 {
 		f.log.Debug("replayed missed events", "why", why, "count", n)
 	}
+	return n
 }
 
 // FeedStats counts what a Feed recovered.

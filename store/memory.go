@@ -107,17 +107,18 @@ func (m *Memory) Update(_ context.Context, id string, fn func(*Record) error) (*
 	return c.Clone(), nil
 }
 
-// List implements Store.
-func (m *Memory) List(_ context.Context, q Query) ([]*Record, error) {
+// List implements Store. It sorts the selected tasks' pointers, then
+// copies only the page.
+func (m *Memory) List(_ context.Context, q Query) ([]*Record, bool, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.closed {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
-	var out []*Record
+	var sel []*Record
 	consider := func(r *Record) {
-		if q.Matches(r) {
-			out = append(out, r.Clone())
+		if r.Task.ID > q.After && q.Matches(r) {
+			sel = append(sel, r)
 		}
 	}
 	if q.Instance != "" {
@@ -129,8 +130,44 @@ func (m *Memory) List(_ context.Context, q Query) ([]*Record, error) {
 			consider(r)
 		}
 	}
-	SortRecords(out)
-	return out, nil
+	slices.SortFunc(sel, func(a, b *Record) int { return cmp.Compare(a.Task.ID, b.Task.ID) })
+	var page Pager
+	out := []*Record{}
+	for _, r := range sel {
+		if !page.Take(q, r.Size) {
+			return out, true, nil
+		}
+		out = append(out, r.Clone())
+	}
+	return out, false, nil
+}
+
+// Pager counts a page as a store fills it.
+type Pager struct{ n, bytes int }
+
+// Take reports whether a task of size bytes still fits the page q
+// bounds, and counts it if it does. The first task always fits.
+func (p *Pager) Take(q Query, size int) bool {
+	if p.n > 0 && ((q.Limit > 0 && p.n >= q.Limit) || (q.MaxBytes > 0 && p.bytes+size > q.MaxBytes)) {
+		return false
+	}
+	p.n++
+	p.bytes += size
+	return true
+}
+
+// OpenCount implements Store.
+func (m *Memory) OpenCount(context.Context) (int, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return 0, ErrClosed
+	}
+	n := 0
+	for _, c := range m.openByContext {
+		n += c
+	}
+	return n, nil
 }
 
 // Prune implements Store.
@@ -217,14 +254,4 @@ func (q Query) Matches(r *Record) bool {
 		return false
 	}
 	return true
-}
-
-// SortRecords sorts records oldest first: by CreatedAt, then id.
-func SortRecords(rs []*Record) {
-	slices.SortFunc(rs, func(a, b *Record) int {
-		if c := a.Task.CreatedAt.Compare(b.Task.CreatedAt.Time); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Task.ID, b.Task.ID)
-	})
 }

@@ -37,8 +37,10 @@ type Record struct {
 	// membership is checked against them, never against names.
 	RequesterInstance string `json:"requesterInstance"`
 	AgentInstance     string `json:"agentInstance"`
-	// Size approximates the task's encoded size, so that the broker can
-	// keep any one task from growing without bound.
+	// Size is the length of the task's JSON encoding as the broker sends
+	// it (an upper bound), so that the broker keeps every task within the
+	// limit of what a response can carry. Records written by earlier
+	// versions hold an estimate.
 	Size int `json:"size,omitempty"`
 }
 
@@ -59,7 +61,8 @@ const (
 	Assignee
 )
 
-// Query selects tasks for List. Zero fields select everything.
+// Query selects tasks for List, and bounds the page List returns. Zero
+// fields select everything and set no bound.
 type Query struct {
 	// Instance selects the tasks this instance is a member of ("": all).
 	Instance string
@@ -69,6 +72,17 @@ type Query struct {
 	State wire.State
 	// OpenOnly selects only tasks in an open state.
 	OpenOnly bool
+
+	// After starts the list after the task with this id (the last one of
+	// the previous page); "" starts at the first.
+	After string
+	// Limit bounds how many tasks List returns.
+	Limit int
+	// MaxBytes bounds the tasks' total size (what the store holds of
+	// them when it encodes them, else their Size), so that a page of
+	// large tasks fits one response. The first task is returned whatever
+	// its size.
+	MaxBytes int
 }
 
 // Store holds tasks.
@@ -87,9 +101,16 @@ type Store interface {
 	// task's id or its members. It returns the stored result.
 	Update(ctx context.Context, id string, fn func(*Record) error) (*Record, error)
 
-	// List returns the tasks q selects, oldest first (by CreatedAt, then
-	// id).
-	List(ctx context.Context, q Query) ([]*Record, error)
+	// List returns the tasks q selects in id order, after q.After, as
+	// many as q.Limit and q.MaxBytes allow, and whether more follow. Task
+	// ids sort in creation order (the broker makes them so), so this is
+	// oldest first. A store reads no more than the page it returns (and
+	// the index entries it skips): its memory is bounded by the page, not
+	// by the tasks it holds.
+	List(ctx context.Context, q Query) (recs []*Record, more bool, err error)
+
+	// OpenCount returns how many tasks are open.
+	OpenCount(ctx context.Context) (int, error)
 
 	// Prune deletes terminal tasks beyond the retention, oldest (by
 	// UpdatedAt) first, and returns how many it deleted. It never deletes

@@ -220,3 +220,22 @@ type SubscriberCounter interface {
 	// notifications, and false when the bus cannot tell.
 	Subscribers(session string) (int, bool)
 }
+
+// PayloadLimiter is implemented by a Bus that cannot carry messages past
+// some size (NATS: the server's max_payload). The broker keeps every
+// response and notification within it (wire.Limits.Within).
+type PayloadLimiter interface {
+	// MaxPayload returns the largest message the bus carries, in bytes.
+	MaxPayload() int
+}
+
+// SessionRevoker is implemented by a Bus that issues per-session
+// credentials (embedded NATS). The broker serves a2a.sessions.close when
+// its bus is one: it revokes the session's credentials here, then
+// deregisters the session's agents.
+type SessionRevoker interface {
+	// RevokeSession revokes every credential issued for session and
+	// closes the connections made with them. Revoking a session that has
+	// none is not an error.
+	RevokeSession(ctx context.Context, session string) error
+}

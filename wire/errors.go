@@ -18,6 +18,8 @@ const (
 	CodeUnauthorized         = "A2A_UNAUTHORIZED"
 	CodeInvalidTransition    = "A2A_INVALID_TRANSITION"
 	CodeReplayGap            = "A2A_REPLAY_GAP"
+	CodeAgentLimit           = "A2A_AGENT_LIMIT"
+	CodeBusy                 = "A2A_BUSY"
 	CodeParseError           = "PARSE_ERROR"
 	CodeInvalidRequest       = "INVALID_REQUEST"
 	CodeMethodNotFound       = "METHOD_NOT_FOUND"
@@ -37,6 +39,8 @@ const (
 	numericUnauthorized      = -32045
 	numericInvalidTransition = -32046
 	numericReplayGap         = -32047
+	numericAgentLimit        = -32048
+	numericBusy              = -32049
 )
 
 // The error table of the protocol, in one place. Each sentinel names one
@@ -78,13 +82,19 @@ var (
 	// ErrReplayGap: the events asked for are no longer kept; Data.Epoch and
 	// Data.OldestSeq say what is.
 	ErrReplayGap = sentinel(numericReplayGap, CodeReplayGap, "replay gap")
+	// ErrAgentLimit: a live-agent cap is reached, the session's or the
+	// host's; the message names it.
+	ErrAgentLimit = sentinel(numericAgentLimit, CodeAgentLimit, "agent limit reached")
+	// ErrBusy: the calling session has too many requests waiting for the
+	// broker; the request was not served. Retry after a pause.
+	ErrBusy = sentinel(numericBusy, CodeBusy, "busy")
 )
 
 // Codes lists every row of the error table, in the protocol's order.
 var Codes = []*Error{
 	ErrUnknownTask, ErrUnknownAgent, ErrNoPeers, ErrAmbiguousPeer,
 	ErrCrossContextDenied, ErrTaskLimit, ErrUnauthorized,
-	ErrInvalidTransition, ErrReplayGap,
+	ErrInvalidTransition, ErrReplayGap, ErrAgentLimit, ErrBusy,
 	ErrParse, ErrInvalidRequest, ErrMethodNotFound, ErrInvalidParams, ErrInternal,
 }
 

@@ -138,7 +138,7 @@ func isASCII(s string) bool {
 var knownExact, knownLower = func() (map[string]bool, map[string]bool) {
 	exact, lower := map[string]bool{}, map[string]bool{}
 	for _, v := range []any{envelope{}, RegisterParams{}, TokenParams{}, SendParams{}, TaskParams{}, ListTasksParams{},
-		UpdateParams{}, ReplayParams{}, SessionParams{}, AgentCard{}, Skill{}, Message{}, Part{}, File{}, Artifact{}} {
+		UpdateParams{}, ReplayParams{}, SessionParams{}, SessionCloseParams{}, ListAgentsParams{}, PageParams{}, AgentCard{}, Skill{}, Message{}, Part{}, File{}, Artifact{}} {
 		for name := range fieldsOf(reflect.TypeOf(v)).exact {
 			exact[name] = true
 			lower[strings.ToLower(name)] = true

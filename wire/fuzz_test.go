@@ -103,3 +103,23 @@ func roundTrip[T any](t *testing.T, v *T) *T {
 	}
 	return &out
 }
+
+// FuzzPeekID: wherever ParseRequest reads an id, PeekID reads the same.
+func FuzzPeekID(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"m"}`, `{"id":"x\"y","method":"m","jsonrpc":"2.0","params":{"id":2}}`,
+		`{"jsonrpc":"2.0","ID":1,"id":null,"method":"m"}`, `{"jsonrpc":"2.0","method":"m","params":[1,{"a":"}"}]}`,
+		` { "id" : -1.5e3 , "jsonrpc":"2.0","method":"m" } `, `{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		req, err := wire.ParseRequest(raw, len(raw)+1)
+		if err != nil {
+			return
+		}
+		if got := wire.PeekID(raw); !bytes.Equal(got, req.ID) {
+			t.Fatalf("PeekID(%q) = %q, ParseRequest's id = %q", raw, got, req.ID)
+		}
+	})
+}

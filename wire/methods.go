@@ -51,6 +51,7 @@ type TokenParams struct {
 // ListAgentsResult is the result of a2a.agents.list.
 type ListAgentsResult struct {
 	Agents []AgentCard `json:"agents"`
+	Page
 }
 
 // SendParams are the params of a2a.message.send.
@@ -90,16 +91,47 @@ const (
 	ListAssignee  ListRole = "assignee"
 )
 
+// The page sizes of the list methods.
+const (
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// PageParams are the paging params of every list method, named as A2A
+// 1.0's ListTasks names them. A page holds at most PageSize items (0:
+// DefaultPageSize; above MaxPageSize: -32602), and fewer when their
+// bytes would pass the payload limit.
+type PageParams struct {
+	PageSize int `json:"pageSize,omitempty"`
+	// PageToken continues a list where the previous page's NextPageToken
+	// left it; "" starts at the beginning.
+	PageToken string `json:"pageToken,omitempty"`
+}
+
+// Page is what every list result carries besides its items:
+// NextPageToken is "" on the last page.
+type Page struct {
+	NextPageToken string `json:"nextPageToken"`
+}
+
+// ListAgentsParams are the params of a2a.agents.list.
+type ListAgentsParams struct {
+	Token string `json:"token"`
+	PageParams
+}
+
 // ListTasksParams are the params of a2a.tasks.list.
 type ListTasksParams struct {
 	Token string   `json:"token"`
 	State State    `json:"state,omitempty"`
 	Role  ListRole `json:"role,omitempty"`
+	PageParams
 }
 
 // ListTasksResult is the result of a2a.tasks.list.
 type ListTasksResult struct {
 	Tasks []*Task `json:"tasks"`
+	Page
 }
 
 // UpdateParams are the params of a2a.tasks.update.
@@ -127,9 +159,24 @@ type ReplayResult struct {
 	Events  []json.RawMessage `json:"events"`
 }
 
-// SessionParams are the params of a2a.sessions.open and .close.
+// SessionParams are the params of a2a.sessions.open.
 type SessionParams struct {
 	ContextID string `json:"contextId"`
+}
+
+// SessionCloseParams are the params of a2a.sessions.close.
+type SessionCloseParams struct {
+	ContextID string `json:"contextId"`
+	// KeepAgents leaves the session's agents registered; by default they
+	// are deregistered, as if each had called a2a.agents.deregister.
+	KeepAgents bool `json:"keepAgents,omitempty"`
+}
+
+// SessionCloseResult is the result of a2a.sessions.close.
+type SessionCloseResult struct {
+	// Deregistered lists the agentIds of the agents the close
+	// deregistered.
+	Deregistered []string `json:"deregistered"`
 }
 
 // SessionCredentials is the result of a2a.sessions.open.
@@ -239,10 +286,11 @@ type AdminInfo struct {
 	OpenTasks     int     `json:"openTasks"`
 }
 
-// AdminAgents is the result of a2a.admin.agents: every live agent, by
-// agentId.
+// AdminAgents is the result of a2a.admin.agents: the live agents, by
+// agentId, a page at a time.
 type AdminAgents struct {
 	Agents []AgentCard `json:"agents"`
+	Page
 }
 
 // AdminTask is one open task in a2a.admin.tasks.
@@ -256,11 +304,11 @@ type AdminTask struct {
 	UpdatedAt      Time   `json:"updatedAt"`
 }
 
-// AdminTasks is the result of a2a.admin.tasks: the open tasks, and the
-// count of open tasks by requester session and state.
+// AdminTasks is the result of a2a.admin.tasks: the open tasks, oldest
+// first, a page at a time.
 type AdminTasks struct {
-	Open   []AdminTask              `json:"open"`
-	Counts map[string]map[State]int `json:"counts"`
+	Open []AdminTask `json:"open"`
+	Page
 }
 
 // AdminSession is one session in a2a.admin.sessions.
@@ -274,8 +322,10 @@ type AdminSession struct {
 	Subscribers *int `json:"subscribers,omitempty"`
 }
 
-// AdminSessions is the result of a2a.admin.sessions.
+// AdminSessions is the result of a2a.admin.sessions: the sessions by
+// contextId, a page at a time.
 type AdminSessions struct {
 	Epoch    string         `json:"epoch"`
 	Sessions []AdminSession `json:"sessions"`
+	Page
 }

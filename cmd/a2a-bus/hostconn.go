@@ -8,6 +8,7 @@ import (
 
 	"github.com/a2a-bus/a2a-bus/internal/connfile"
 	"github.com/a2a-bus/a2a-bus/natsbus"
+	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // hostFlags find a running broker for the operator's commands: through
@@ -73,6 +74,23 @@ func (h *hostFlags) dial() (*natsbus.Client, brokerRef, error) {
 		return nil, ref, err
 	}
 	return c, ref, nil
+}
+
+// hostList reads every page of an admin list: page decodes one page,
+// keeps its items and returns its nextPageToken.
+func hostList(ctx context.Context, c *natsbus.Client, method string, page func(raw json.RawMessage) (string, error)) error {
+	p := wire.PageParams{PageSize: wire.MaxPageSize}
+	for {
+		raw, err := c.CallHost(ctx, method, p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
+		next, err := page(raw)
+		if err != nil || next == "" {
+			return err
+		}
+		p.PageToken = next
+	}
 }
 
 // hostCall makes a host call and decodes its result.

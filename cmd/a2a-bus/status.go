@@ -12,8 +12,40 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
+
+// readStatus reads the broker's info and every page of its admin lists.
+func readStatus(ctx context.Context, c *natsbus.Client, info *wire.AdminInfo, agents *[]wire.AgentCard, tasks *[]wire.AdminTask, sessions *[]wire.AdminSession) error {
+	if err := hostCall(ctx, c, wire.MethodAdminInfo, info); err != nil {
+		return err
+	}
+	err := hostList(ctx, c, wire.MethodAdminAgents, func(raw json.RawMessage) (string, error) {
+		var page wire.AdminAgents
+		err := json.Unmarshal(raw, &page)
+		*agents = append(*agents, page.Agents...)
+		return page.NextPageToken, err
+	})
+	if err != nil {
+		return err
+	}
+	err = hostList(ctx, c, wire.MethodAdminTasks, func(raw json.RawMessage) (string, error) {
+		var page wire.AdminTasks
+		err := json.Unmarshal(raw, &page)
+		*tasks = append(*tasks, page.Open...)
+		return page.NextPageToken, err
+	})
+	if err != nil {
+		return err
+	}
+	return hostList(ctx, c, wire.MethodAdminSessions, func(raw json.RawMessage) (string, error) {
+		var page wire.AdminSessions
+		err := json.Unmarshal(raw, &page)
+		*sessions = append(*sessions, page.Sessions...)
+		return page.NextPageToken, err
+	})
+}
 
 func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -57,15 +89,9 @@ Flags:
 		Tasks    []wire.AdminTask    `json:"openTasks"`
 		Sessions []wire.AdminSession `json:"sessions"`
 	}
-	var agents wire.AdminAgents
-	var tasks wire.AdminTasks
-	var sessions wire.AdminSessions
-	for method, out := range map[string]any{wire.MethodAdminInfo: &st.Info, wire.MethodAdminAgents: &agents, wire.MethodAdminTasks: &tasks, wire.MethodAdminSessions: &sessions} {
-		if err := hostCall(ctx, c, method, out); err != nil {
-			return report(stderr, "status", err)
-		}
+	if err := readStatus(ctx, c, &st.Info, &st.Agents, &st.Tasks, &st.Sessions); err != nil {
+		return report(stderr, "status", err)
 	}
-	st.Agents, st.Tasks, st.Sessions = agents.Agents, tasks.Open, sessions.Sessions
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

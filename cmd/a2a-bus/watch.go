@@ -115,11 +115,18 @@ Flags:
 func replayKept(ctx context.Context, c *natsbus.Client, only string, show func([]byte) bool) (bool, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var sessions wire.AdminSessions
-	if err := hostCall(cctx, c, wire.MethodAdminSessions, &sessions); err != nil {
+	var sessions []wire.AdminSession
+	var epoch string
+	err := hostList(cctx, c, wire.MethodAdminSessions, func(raw json.RawMessage) (string, error) {
+		var page wire.AdminSessions
+		err := json.Unmarshal(raw, &page)
+		sessions, epoch = append(sessions, page.Sessions...), page.Epoch
+		return page.NextPageToken, err
+	})
+	if err != nil {
 		return false, err
 	}
-	for _, s := range sessions.Sessions {
+	for _, s := range sessions {
 		if only != "" && s.ContextID != only || s.Kept == 0 {
 			continue
 		}
@@ -127,19 +134,22 @@ func replayKept(ctx context.Context, c *natsbus.Client, only string, show func([
 		if err != nil {
 			return false, err
 		}
-		after := s.LastSeq - uint64(s.Kept)
-		raw, err := sess.Call(cctx, wire.MethodReplay, wire.ReplayParams{ContextID: s.ContextID, Epoch: &sessions.Epoch, AfterSeq: &after})
-		if err != nil {
-			continue // moved on meanwhile: the live tail shows the rest
-		}
-		var res wire.ReplayResult
-		if json.Unmarshal(raw, &res) != nil {
-			continue
-		}
-		for _, e := range res.Events {
-			if show(e) {
-				return true, nil
+		// A replay answers a page at a time, up to the last seq it had.
+		for after := s.LastSeq - uint64(s.Kept); after < s.LastSeq; {
+			raw, err := sess.Call(cctx, wire.MethodReplay, wire.ReplayParams{ContextID: s.ContextID, Epoch: &epoch, AfterSeq: &after})
+			if err != nil {
+				break // moved on meanwhile: the live tail shows the rest
 			}
+			var res wire.ReplayResult
+			if json.Unmarshal(raw, &res) != nil || len(res.Events) == 0 {
+				break
+			}
+			for _, e := range res.Events {
+				if show(e) {
+					return true, nil
+				}
+			}
+			after += uint64(len(res.Events))
 		}
 	}
 	return false, nil

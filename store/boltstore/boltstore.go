@@ -440,6 +440,10 @@ func getRecord(tx *bolt.Tx, id []byte) (*store.Record, error) {
 	if data == nil {
 		return nil, store.ErrNotFound
 	}
+	return decodeRecord(id, data)
+}
+
+func decodeRecord(id, data []byte) (*store.Record, error) {
 	var rec store.Record
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return nil, fmt.Errorf("%w: task %s: %v", ErrCorrupt, id, err)
@@ -487,52 +491,63 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 	return out, nil
 }
 
-// List implements store.Store, from the indexes: by member instance (with
-// the state kept in the index, so that only selected tasks are read), or
-// the open tasks; only a query of neither reads every task.
-func (s *Store) List(_ context.Context, q store.Query) ([]*store.Record, error) {
-	var out []*store.Record
+// List implements store.Store, from the indexes: by member instance
+// (with the state kept in the index, so that only selected tasks are
+// read, and the two roles merged in id order), or the open tasks; only a
+// query of neither reads every task. It reads the tasks of the page, and
+// the size of the first one past it.
+func (s *Store) List(_ context.Context, q store.Query) ([]*store.Record, bool, error) {
+	out := []*store.Record{}
+	more := false
 	err := s.view(func(tx *bolt.Tx) error {
-		load := func(id []byte) error {
-			rec, err := getRecord(tx, id)
-			if err != nil {
-				return err
+		var page store.Pager
+		tasks := tx.Bucket(bTasks)
+		// take adds the task id to the page; it reports false once the
+		// page is full.
+		take := func(id []byte, check bool) (bool, error) {
+			data := tasks.Get(id)
+			if data == nil {
+				return true, nil // an index entry without its task: not listed
 			}
-			if q.Matches(rec) {
-				out = append(out, rec)
+			var rec *store.Record
+			if check {
+				r, err := decodeRecord(id, data)
+				if err != nil {
+					return false, err
+				}
+				if !q.Matches(r) {
+					return true, nil
+				}
+				rec = r
 			}
-			return nil
+			if !page.Take(q, len(data)) {
+				more = true
+				return false, nil
+			}
+			if rec == nil {
+				r, err := decodeRecord(id, data)
+				if err != nil {
+					return false, err
+				}
+				rec = r
+			}
+			out = append(out, rec)
+			return true, nil
 		}
 		switch {
 		case q.Instance != "":
-			prefix := append([]byte(q.Instance), 0)
-			c := tx.Bucket(bMember).Cursor()
-			for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-				role, id := k[len(prefix)], k[len(prefix)+2:]
-				if (q.Role == store.Requester && role != roleRequester) || (q.Role == store.Assignee && role != roleAssignee) {
-					continue
-				}
-				if q.State != "" && string(v) != string(q.State) {
-					continue
-				}
-				if q.OpenOnly && !stateOpen(v) {
-					continue
-				}
-				if err := load(id); err != nil {
-					return err
-				}
-			}
-		case q.OpenOnly:
+			return s.listMember(tx, q, take)
+		case q.OpenOnly && q.State == "":
 			c := tx.Bucket(bOpen).Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				if err := load(k); err != nil {
+			for k, _ := seekAfter(c, nil, q.After); k != nil; k, _ = c.Next() {
+				if ok, err := take(k, false); !ok || err != nil {
 					return err
 				}
 			}
 		default:
-			c := tx.Bucket(bTasks).Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				if err := load(k); err != nil {
+			c := tasks.Cursor()
+			for k, _ := seekAfter(c, nil, q.After); k != nil; k, _ = c.Next() {
+				if ok, err := take(k, true); !ok || err != nil {
 					return err
 				}
 			}
@@ -540,10 +555,82 @@ func (s *Store) List(_ context.Context, q store.Query) ([]*store.Record, error) 
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	store.SortRecords(out)
-	return out, nil
+	return out, more, nil
+}
+
+// listMember walks an instance's member index, one cursor per role,
+// merged in id order, and takes the tasks whose indexed state q selects.
+func (s *Store) listMember(tx *bolt.Tx, q store.Query, take func(id []byte, check bool) (bool, error)) error {
+	type walk struct {
+		c      *bolt.Cursor
+		prefix []byte
+		k, v   []byte
+	}
+	var walks []*walk
+	for _, role := range []byte{roleRequester, roleAssignee} {
+		if (q.Role == store.Requester && role != roleRequester) || (q.Role == store.Assignee && role != roleAssignee) {
+			continue
+		}
+		w := &walk{c: tx.Bucket(bMember).Cursor(), prefix: memberKey(q.Instance, role, "")}
+		w.k, w.v = seekAfter(w.c, w.prefix, q.After)
+		walks = append(walks, w)
+	}
+	for {
+		// The walk whose next id is smallest goes first.
+		var next *walk
+		for _, w := range walks {
+			if w.k == nil {
+				continue
+			}
+			if next == nil || bytes.Compare(w.k[len(w.prefix):], next.k[len(next.prefix):]) < 0 {
+				next = w
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		id, state := next.k[len(next.prefix):], next.v
+		next.k, next.v = next.c.Next()
+		if next.k != nil && !bytes.HasPrefix(next.k, next.prefix) {
+			next.k = nil
+		}
+		if (q.State != "" && string(state) != string(q.State)) || (q.OpenOnly && !stateOpen(state)) {
+			continue
+		}
+		if ok, err := take(id, false); !ok || err != nil {
+			return err
+		}
+	}
+}
+
+// seekAfter positions c on the first key with prefix whose rest sorts
+// after after, and returns it and its value (nil when there is none).
+func seekAfter(c *bolt.Cursor, prefix []byte, after string) ([]byte, []byte) {
+	start := append(bytes.Clone(prefix), after...)
+	k, v := c.Seek(start)
+	if k != nil && after != "" && bytes.Equal(k, start) {
+		k, v = c.Next()
+	}
+	if k == nil || !bytes.HasPrefix(k, prefix) {
+		return nil, nil
+	}
+	return k, v
+}
+
+// OpenCount implements store.Store: the sum of the per-session counts.
+func (s *Store) OpenCount(context.Context) (int, error) {
+	n := 0
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bCount).ForEach(func(_, v []byte) error {
+			if len(v) == 8 {
+				n += int(binary.BigEndian.Uint64(v))
+			}
+			return nil
+		})
+	})
+	return n, err
 }
 
 func stateOpen(v []byte) bool {

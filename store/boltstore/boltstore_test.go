@@ -60,7 +60,7 @@ func TestChangesSurviveReopening(t *testing.T) {
 	got, err := s.Get(ctx, "t1")
 	require.NoError(t, err)
 	assert.Equal(t, wire.StateCompleted, got.Task.Status.State)
-	open, err := s.List(ctx, store.Query{OpenOnly: true})
+	open, _, err := s.List(ctx, store.Query{OpenOnly: true})
 	require.NoError(t, err)
 	require.Len(t, open, 1)
 	assert.Equal(t, "t2", open[0].Task.ID)
@@ -181,7 +181,7 @@ func TestCloseNeverDropsAnAcknowledgedChange(t *testing.T) {
 		wg.Wait()
 		require.NoError(t, s.Close())
 		s = open(t, dir)
-		rs, err := s.List(context.Background(), store.Query{})
+		rs, _, err := s.List(context.Background(), store.Query{})
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 		onDisk := map[string]bool{}
@@ -271,7 +271,7 @@ func TestPruneSeesItsSharedCommit(t *testing.T) {
 	wg.Wait()
 	_, err := s.Prune(ctx, store.Retention{MaxTerminal: 5}, time.Now())
 	require.NoError(t, err)
-	rs, err := s.List(ctx, store.Query{State: wire.StateCompleted})
+	rs, _, err := s.List(ctx, store.Query{State: wire.StateCompleted})
 	require.NoError(t, err)
 	assert.Len(t, rs, 5, "retention keeps exactly five terminal tasks")
 }

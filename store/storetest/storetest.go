@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +37,10 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentUpdatesAreAtomic", testConcurrentUpdates},
 		{"ConcurrentCreatesRespectTheLimit", testConcurrentLimit},
 		{"ListSelectsByInstanceRoleAndState", testList},
-		{"ListIsOldestFirst", testListOrder},
+		{"ListIsInIDOrder", testListOrder},
+		{"ListPagesFollowEachOther", testListPages},
+		{"ListPageStopsAtMaxBytes", testListMaxBytes},
+		{"OpenCountCountsOpenTasks", testOpenCount},
 		{"ReturnedRecordsAreCopies", testCopies},
 		{"PruneKeepsOpenTasksAndTheNewestTerminal", testPrune},
 		{"CloseIsIdempotentAndEndsUse", testClose},
@@ -215,13 +219,10 @@ func testList(t *testing.T, s store.Store) {
 	})
 	require.NoError(t, err)
 	ids := func(q store.Query) []string {
-		rs, err := s.List(ctx(), q)
+		rs, more, err := s.List(ctx(), q)
 		require.NoError(t, err)
-		out := []string{}
-		for _, r := range rs {
-			out = append(out, r.Task.ID)
-		}
-		return out
+		assert.False(t, more)
+		return idsOf(rs)
 	}
 	assert.Equal(t, []string{"t1", "t2", "t3"}, ids(store.Query{}))
 	assert.Equal(t, []string{"t1", "t2"}, ids(store.Query{Instance: "a"}))
@@ -234,18 +235,111 @@ func testList(t *testing.T, s store.Store) {
 	assert.Equal(t, []string{}, ids(store.Query{Instance: "nobody"}))
 }
 
-func testListOrder(t *testing.T, s store.Store) {
-	// Created out of order, listed by CreatedAt then id.
-	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c1", "a", "b", 5), 0))
-	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 9), 0))
-	require.NoError(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 5), 0))
-	rs, err := s.List(ctx(), store.Query{Instance: "a"})
-	require.NoError(t, err)
-	var got []string
+func idsOf(rs []*store.Record) []string {
+	out := []string{}
 	for _, r := range rs {
-		got = append(got, r.Task.ID)
+		out = append(out, r.Task.ID)
 	}
-	assert.Equal(t, []string{"t2", "t3", "t1"}, got)
+	return out
+}
+
+func testListOrder(t *testing.T, s store.Store) {
+	// Created out of id order, listed by id (the broker's ids sort in
+	// creation order; the store relies on nothing else).
+	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c1", "a", "b", 5), 0))
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "b", "a", 9), 0))
+	require.NoError(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 5), 0))
+	for _, q := range []store.Query{{Instance: "a"}, {Instance: "b"}, {}, {OpenOnly: true}} {
+		rs, _, err := s.List(ctx(), q)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"t1", "t2", "t3"}, idsOf(rs), "query %+v", q)
+	}
+}
+
+// testListPages reads every query a page at a time: the pages, put
+// together, are the whole list, each page says whether more follow, and
+// a page starts after the id given, whether or not that task still exists.
+func testListPages(t *testing.T, s store.Store) {
+	for i := range 9 {
+		req, asg := "a", "b"
+		if i%3 == 1 {
+			req, asg = "b", "a" // a is assignee of some, requester of others
+		}
+		require.NoError(t, s.Create(ctx(), NewRecord(fmt.Sprintf("t%d", i), "c1", req, asg, i), 0))
+	}
+	_, err := s.Update(ctx(), "t4", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateCompleted
+		return nil
+	})
+	require.NoError(t, err)
+	for _, q := range []store.Query{{Instance: "a"}, {Instance: "a", Role: store.Assignee}, {Instance: "a", OpenOnly: true}, {}, {OpenOnly: true}} {
+		whole, more, err := s.List(ctx(), q)
+		require.NoError(t, err)
+		require.False(t, more)
+		for _, limit := range []int{1, 2, 4, 100} {
+			var got []string
+			page := q
+			page.Limit = limit
+			for n := 0; ; n++ {
+				require.Less(t, n, 20, "paging does not end")
+				rs, more, err := s.List(ctx(), page)
+				require.NoError(t, err)
+				assert.LessOrEqual(t, len(rs), limit)
+				got = append(got, idsOf(rs)...)
+				if !more {
+					break
+				}
+				require.NotEmpty(t, rs, "more with an empty page")
+				page.After = rs[len(rs)-1].Task.ID
+			}
+			assert.Equal(t, idsOf(whole), got, "query %+v by pages of %d", q, limit)
+		}
+	}
+	// After an id that is not stored: the next ones in order.
+	rs, _, err := s.List(ctx(), store.Query{Instance: "a", After: "t55"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"t6", "t7", "t8"}, idsOf(rs))
+	rs, more, err := s.List(ctx(), store.Query{Instance: "a", After: "t8"})
+	require.NoError(t, err)
+	assert.Empty(t, rs)
+	assert.False(t, more)
+}
+
+func testListMaxBytes(t *testing.T, s store.Store) {
+	for i := range 5 {
+		rec := NewRecord(fmt.Sprintf("t%d", i), "c1", "a", "b", i)
+		text := strings.Repeat("x", 10_000*(i+1))
+		rec.Task.History[0].Parts[0].Text = &text
+		rec.Size = len(text) + 500 // as the broker counts it
+		require.NoError(t, s.Create(ctx(), rec, 0))
+	}
+	// About 10k + 20k fit 35k; 30k more would not.
+	rs, more, err := s.List(ctx(), store.Query{Instance: "a", MaxBytes: 35_000})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"t0", "t1"}, idsOf(rs))
+	assert.True(t, more)
+	// The first task of a page is returned whatever its size.
+	rs, more, err = s.List(ctx(), store.Query{Instance: "a", After: "t3", MaxBytes: 1})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"t4"}, idsOf(rs))
+	assert.False(t, more)
+}
+
+func testOpenCount(t *testing.T, s store.Store) {
+	n, err := s.OpenCount(ctx())
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	for i := range 4 {
+		require.NoError(t, s.Create(ctx(), NewRecord(fmt.Sprintf("t%d", i), fmt.Sprintf("c%d", i%2), "a", "b", i), 0))
+	}
+	_, err = s.Update(ctx(), "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateFailed
+		return nil
+	})
+	require.NoError(t, err)
+	n, err = s.OpenCount(ctx())
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
 }
 
 func testCopies(t *testing.T, s store.Store) {
@@ -282,7 +376,9 @@ func testClose(t *testing.T, s store.Store) {
 	_, err := s.Get(ctx(), "t1")
 	assert.ErrorIs(t, err, store.ErrClosed)
 	assert.ErrorIs(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 1), 0), store.ErrClosed)
-	_, err = s.List(ctx(), store.Query{})
+	_, _, err = s.List(ctx(), store.Query{})
+	assert.ErrorIs(t, err, store.ErrClosed)
+	_, err = s.OpenCount(ctx())
 	assert.ErrorIs(t, err, store.ErrClosed)
 	_, err = s.Update(ctx(), "t1", func(*store.Record) error { return nil })
 	assert.ErrorIs(t, err, store.ErrClosed)
@@ -314,14 +410,10 @@ func testPrune(t *testing.T, s store.Store) {
 	n, err = s.Prune(ctx(), store.Retention{MaxTerminal: 1}, now)
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
-	rs, err := s.List(ctx(), store.Query{})
+	rs, _, err := s.List(ctx(), store.Query{})
 	require.NoError(t, err)
-	var ids []string
-	for _, r := range rs {
-		ids = append(ids, r.Task.ID)
-	}
-	assert.Equal(t, []string{"t1", "t3", "t5", "t7", "t8", "t9"}, ids, "open tasks all stay")
-	rs, err = s.List(ctx(), store.Query{Instance: "a"})
+	assert.Equal(t, []string{"t1", "t3", "t5", "t7", "t8", "t9"}, idsOf(rs), "open tasks all stay")
+	rs, _, err = s.List(ctx(), store.Query{Instance: "a"})
 	require.NoError(t, err)
 	assert.Len(t, rs, 6, "the indexes forget pruned tasks")
 	_, err = s.Get(ctx(), "t6")
@@ -330,7 +422,7 @@ func testPrune(t *testing.T, s store.Store) {
 	n, err = s.Prune(ctx(), store.Retention{MaxAge: time.Nanosecond}, now.Add(time.Hour))
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
-	rs, err = s.List(ctx(), store.Query{OpenOnly: true})
+	rs, _, err = s.List(ctx(), store.Query{OpenOnly: true})
 	require.NoError(t, err)
 	assert.Len(t, rs, 5)
 }
