@@ -5,6 +5,7 @@ package e2e_test
 import (
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -13,6 +14,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv("E2E_FLOOD"); spec != "" {
+		flood(spec) // a child of TestIsolation_AFloodQueuesBehindItself
+	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
 }
 

@@ -101,7 +101,9 @@ func hostileEnvs(t *testing.T) []hostileEnv {
 		require.NoError(t, err)
 		b, err := broker.New(bus, broker.Config{Logger: quiet()})
 		require.NoError(t, err)
-		nc, err := nats.Connect(bus.URL(), nats.Token(bus.Server().Token()))
+		// A host's requests on a session's subject are answered in that
+		// session's inbox only.
+		nc, err := nats.Connect(bus.URL(), nats.Token(bus.Server().Token()), nats.CustomInboxPrefix(natsbus.SessionInbox("hostile")))
 		require.NoError(t, err)
 		c, err := bus.Connect(natsbus.ClientConfig{})
 		require.NoError(t, err)

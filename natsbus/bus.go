@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -13,13 +14,33 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
 
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// DefaultMaxInFlight bounds the requests the broker side handles at once.
-const DefaultMaxInFlight = 1024
+// Defaults of Config's zero fields.
+const (
+	// DefaultMaxInFlight bounds the requests the broker side handles at
+	// once.
+	DefaultMaxInFlight = 1024
+	// DefaultMaxInFlightPerSession bounds those of one session.
+	DefaultMaxInFlightPerSession = 16
+	// DefaultMaxWaitingPerSession bounds the requests of one session that
+	// wait for their turn; past it, requests are answered A2A_BUSY.
+	DefaultMaxWaitingPerSession = 1024
+	// DefaultSessionRate bounds the requests per second the broker
+	// serves to one session's credentials (with bursts of
+	// DefaultSessionBurst): far more than delegates make, far less than a
+	// flood that would take the machine's CPU from everyone else.
+	DefaultSessionRate  = 10000
+	DefaultSessionBurst = 1000
+)
+
+// hostKey is the fair queue's key of host requests: no session id has a
+// control character.
+const hostKey = "\x00host"
 
 // Config configures the broker side. The zero value embeds a server on
 // 127.0.0.1.
@@ -35,10 +56,24 @@ type Config struct {
 	// MaxMessageBytes is the protocol's message limit. 0 means
 	// wire.DefaultMaxMessageBytes.
 	MaxMessageBytes int
-	// MaxInFlight bounds the requests handled at once; past it the broker
-	// stops taking requests off the connection until one finishes.
-	// 0 means DefaultMaxInFlight.
+	// MaxInFlight bounds the requests handled at once. 0 means
+	// DefaultMaxInFlight.
 	MaxInFlight int
+	// MaxInFlightPerSession bounds the requests of one session handled
+	// at once; its others wait their turn, which comes round-robin among
+	// the sessions that have requests waiting. 0 means
+	// DefaultMaxInFlightPerSession.
+	MaxInFlightPerSession int
+	// MaxWaitingPerSession bounds the requests of one session that wait
+	// (and their bytes, to that many message limits' worth); past it,
+	// requests are answered A2A_BUSY at once. 0 means
+	// DefaultMaxWaitingPerSession.
+	MaxWaitingPerSession int
+	// SessionRate bounds the requests per second served to one session;
+	// the others wait their turn. Host requests (the token) have no such
+	// bound. 0 means DefaultSessionRate, with bursts of
+	// DefaultSessionBurst; negative lifts the bound.
+	SessionRate float64
 	// Logger receives the bus's logs. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -55,13 +90,24 @@ type Bus struct {
 	ctx    context.Context // canceled by Close; handler calls run under it
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	serving  bool
-	closed   bool
-	subs     []*nats.Subscription
-	clients  map[*Client]struct{} // in-process clients made by Connect
-	handlers sync.WaitGroup
-	sem      chan struct{}
+	mu      sync.Mutex
+	serving bool
+	closed  bool
+	subs    []*nats.Subscription
+	clients map[*Client]struct{} // in-process clients made by Connect
+	fair    *fairQueue
+	payload int
+	handler transport.Handler
+	// served holds, per session with credentials, the broker's connection
+	// that serves the session's requests (see sessionsAccount).
+	served map[string]*servedSession
+	// reserving runs the replacement of a session's serving connection
+	// that the server closed.
+	reserving sync.WaitGroup
+
+	busyOnce   sync.Once
+	busyErr    []byte
+	busyBudget budget
 
 	closeOnce sync.Once
 }
@@ -70,6 +116,8 @@ var (
 	_ transport.Bus                = (*Bus)(nil)
 	_ transport.HostMethodProvider = (*Bus)(nil)
 	_ transport.SubscriberCounter  = (*Bus)(nil)
+	_ transport.PayloadLimiter     = (*Bus)(nil)
+	_ transport.SessionRevoker     = (*Bus)(nil)
 )
 
 // New starts the broker side: it embeds a server, or connects to cfg.URL.
@@ -80,6 +128,12 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
 	}
+	if cfg.MaxInFlightPerSession <= 0 {
+		cfg.MaxInFlightPerSession = DefaultMaxInFlightPerSession
+	}
+	if cfg.MaxWaitingPerSession <= 0 {
+		cfg.MaxWaitingPerSession = DefaultMaxWaitingPerSession
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -87,7 +141,12 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.Server.Logger == nil {
 		cfg.Server.Logger = cfg.Logger
 	}
-	b := &Bus{cfg: cfg, log: cfg.Logger, clients: map[*Client]struct{}{}, sem: make(chan struct{}, cfg.MaxInFlight)}
+	b := &Bus{cfg: cfg, log: cfg.Logger, clients: map[*Client]struct{}{}, served: map[string]*servedSession{},
+		fair: newFairQueue(fairLimits{
+			total: cfg.MaxInFlight, perKey: cfg.MaxInFlightPerSession,
+			maxWait: cfg.MaxWaitingPerSession, maxBytes: cfg.MaxWaitingPerSession * cfg.MaxMessageBytes,
+			rate: sessionRate(cfg.SessionRate), burst: DefaultSessionBurst,
+		}, hostKey)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	opts := []nats.Option{
 		nats.Name("a2a-bus broker"),
@@ -124,8 +183,24 @@ func New(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("natsbus: connect to %s: %w", redact(b.url), err)
 	}
 	b.nc = nc
+	b.payload = int(nc.MaxPayload())
 	return b, nil
 }
+
+func sessionRate(r float64) rate.Limit {
+	switch {
+	case r == 0:
+		return DefaultSessionRate
+	case r < 0:
+		return rate.Inf
+	}
+	return rate.Limit(r)
+}
+
+// MaxPayload implements transport.PayloadLimiter: what the server
+// carries (an external server's max_payload may be smaller than the
+// message limit wants).
+func (b *Bus) MaxPayload() int { return b.payload }
 
 // URL returns the NATS server's URL, without credentials.
 func (b *Bus) URL() string { return redact(b.url) }
@@ -150,6 +225,7 @@ func (b *Bus) Serve(h transport.Handler) error {
 		}
 		b.subs = append(b.subs, sub)
 	}
+	b.handler = h
 	// The server has the interest once Flush returns: from then on a
 	// request finds its responder.
 	if err := b.nc.Flush(); err != nil {
@@ -161,49 +237,45 @@ func (b *Bus) Serve(h transport.Handler) error {
 
 func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
 	if m.Reply == "" {
-		b.log.Warn("request without a reply subject ignored", "subject", m.Subject)
+		b.log.Debug("request without a reply subject ignored", "subject", m.Subject)
 		return
 	}
 	// The broker's connection may publish anywhere, and the server checks
-	// a session credential's publish subject but not its reply subject: a
-	// reply outside the inboxes would let a session make the broker
-	// publish into another session's events.
-	if !strings.HasPrefix(m.Reply, InboxPrefix) {
-		b.log.Warn("request with a reply subject outside _INBOX. ignored", "subject", m.Subject)
-		return
-	}
+	// a session credential's publish subject but not its reply subject:
+	// a session's requests are answered only in that session's inbox
+	// (_INBOX.<T>.), host requests in some inbox, so that no request can
+	// make the broker publish into another session's subjects.
 	var from transport.Caller
+	key := hostKey
 	if m.Subject == HostRPC {
+		if !strings.HasPrefix(m.Reply, InboxPrefix) {
+			b.log.Debug("host request with a reply subject outside _INBOX. ignored")
+			return
+		}
 		from = transport.Caller{Scope: transport.ScopeHost}
 	} else {
-		session, err := SessionID(strings.TrimPrefix(m.Subject, RPCPrefix))
+		token := strings.TrimPrefix(m.Subject, RPCPrefix)
+		if !strings.HasPrefix(m.Reply, InboxPrefix+token+".") {
+			b.log.Debug("request with a reply subject outside its session's inbox ignored", "subject", m.Subject)
+			return
+		}
+		session, err := SessionID(token)
 		if err != nil {
-			b.reply(m, wire.ErrorResponse(nil, wire.ErrInvalidRequest.Withf("subject %q does not name a session canonically", m.Subject)))
+			b.reply(m, wire.ErrorResponse(requestID(m.Data), wire.ErrInvalidRequest.Withf("subject %q does not name a session canonically", m.Subject)))
 			return
 		}
 		from = transport.Caller{Scope: transport.ScopeSession, Session: session}
+		key = session
 	}
-	select {
-	case b.sem <- struct{}{}:
-	case <-b.ctx.Done():
-		return
-	}
-	// Add under the lock that Close takes before it waits, never after.
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		<-b.sem
-		return
-	}
-	b.handlers.Add(1)
-	b.mu.Unlock()
-	go func() {
-		defer b.handlers.Done()
-		defer func() { <-b.sem }()
-		resp := h.ServeRPC(b.ctx, from, m.Data)
-		if resp == nil && b.ctx.Err() != nil {
-			// Cut short by Close: tell a waiting caller, who would
-			// otherwise wait for its timeout, unless it expects nothing.
+	err := b.fair.submit(key, len(m.Data), func(serve bool) {
+		var resp []byte
+		if serve {
+			resp = h.ServeRPC(b.ctx, from, m.Data)
+		}
+		if resp == nil && (!serve || b.ctx.Err() != nil) {
+			// Cut short by Close, or never served: tell a waiting caller,
+			// who would otherwise wait for its timeout, unless it expects
+			// nothing.
 			if req, _ := wire.ParseRequest(m.Data, 0); req != nil && !req.IsNotification() {
 				resp = wire.ErrorResponse(req.ID, wire.ErrInternal.Withf("the broker is shutting down"))
 			}
@@ -211,18 +283,73 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
 		if resp != nil {
 			b.reply(m, resp)
 		}
-	}()
+	})
+	switch {
+	case errors.Is(err, errBusy):
+		// The flood's overflow: answered as cheaply as can be, so that
+		// the subscription keeps up with it; past busyAnswers a second,
+		// not answered at all (the flooder's calls time out).
+		if b.busyBudget.allow(time.Now()) {
+			b.reply(m, b.busy(wire.PeekID(m.Data)))
+		}
+	case err != nil:
+		b.reply(m, wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the broker is shutting down")))
+	}
+}
+
+// busyAnswers is how many A2A_BUSY answers a second the broker sends,
+// all sessions together: beyond, a flood's overflow goes unanswered, so
+// that answering it cannot cost more than serving everyone else.
+const busyAnswers = 1000
+
+// budget counts events in one-second windows.
+type budget struct {
+	mu     sync.Mutex
+	window time.Time
+	used   int
+}
+
+func (b *budget) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now.Sub(b.window) >= time.Second {
+		b.window, b.used = now, 0
+	}
+	b.used++
+	return b.used <= busyAnswers
+}
+
+// busy returns the A2A_BUSY response to the request with this id. The
+// error object is encoded once.
+func (b *Bus) busy(id json.RawMessage) []byte {
+	b.busyOnce.Do(func() {
+		b.busyErr, _ = json.Marshal(wire.ErrBusy.Withf(
+			"the session has %d requests waiting for the broker; retry after a pause", b.cfg.MaxWaitingPerSession))
+	})
+	if id == nil {
+		id = json.RawMessage("null")
+	}
+	out := make([]byte, 0, len(id)+len(b.busyErr)+40)
+	out = append(out, `{"jsonrpc":"2.0","id":`...)
+	out = append(out, id...)
+	out = append(out, `,"error":`...)
+	out = append(out, b.busyErr...)
+	return append(out, '}')
+}
+
+// requestID returns the id of a request as sent, nil (null) when it
+// cannot be read: JSON-RPC keeps the id whenever it can.
+func requestID(data []byte) json.RawMessage {
+	if req, _ := wire.ParseRequest(data, len(data)); req != nil {
+		return req.ID
+	}
+	return nil
 }
 
 func (b *Bus) reply(m *nats.Msg, resp []byte) {
 	err := m.Respond(resp)
 	if errors.Is(err, nats.ErrMaxPayload) {
-		req, _ := wire.ParseRequest(m.Data, 0)
-		var id json.RawMessage
-		if req != nil {
-			id = req.ID
-		}
-		err = m.Respond(wire.ErrorResponse(id, wire.ErrInternal.Withf("the response of %d bytes is over the server's payload limit", len(resp))))
+		err = m.Respond(wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the response of %d bytes is over the server's payload limit", len(resp))))
 	}
 	if err != nil && b.ctx.Err() == nil {
 		b.log.Warn("nats: reply failed", "error", err)
@@ -255,12 +382,17 @@ func (b *Bus) Publish(session string, msg []byte) error {
 		}
 		return fmt.Errorf("natsbus: publish: %w", err)
 	}
+	if b.server != nil {
+		b.server.published(len(msg))
+	}
 	return nil
 }
 
-// HostMethods implements transport.HostMethodProvider: a2a.sessions.open
-// and .close, when the server is embedded. On an external server the
-// operator owns the credentials and these methods do not exist.
+// HostMethods implements transport.HostMethodProvider: a2a.sessions.open,
+// when the server is embedded. On an external server the operator owns
+// the credentials and this method does not exist. (a2a.sessions.close is
+// the broker's, which deregisters the session's agents after
+// RevokeSession.)
 func (b *Bus) HostMethods() map[string]transport.HostMethod {
 	if b.server == nil {
 		return nil
@@ -281,17 +413,115 @@ func (b *Bus) HostMethods() map[string]transport.HostMethod {
 			if err != nil {
 				return nil, err
 			}
-			return b.server.OpenSession(session), nil
-		},
-		wire.MethodSessionClose: func(_ context.Context, params json.RawMessage) (any, error) {
-			session, err := decode(params)
-			if err != nil {
+			if err := b.serveSession(session); err != nil {
 				return nil, err
 			}
-			b.server.CloseSession(session)
-			return struct{}{}, nil
+			return b.server.OpenSession(session), nil
 		},
 	}
+}
+
+// serveSession makes sure that the session's requests in the sessions
+// account are served, on a connection of their own.
+func (b *Bus) serveSession(session string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return transport.ErrClosed
+	}
+	if b.served[session] != nil {
+		return nil
+	}
+	gated := inProcessFunc(func() (net.Conn, error) {
+		c, err := b.server.InProcessConn()
+		if err != nil {
+			return nil, err
+		}
+		return &gatedConn{Conn: c, wait: func() { b.fair.wait(session) }}, nil
+	})
+	nc, err := nats.Connect("", nats.InProcessServer(gated), nats.UserInfo(serveUser, b.server.servePass),
+		nats.NoReconnect(), nats.Name("a2a-bus broker: "+SubjectToken(session)),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if b.ctx.Err() == nil { // not the bus's own Close
+				b.reserving.Go(func() { b.reserve(session, nc) })
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			b.log.Warn("nats: asynchronous error", "session", session, "error", err)
+		}))
+	if err != nil {
+		return fmt.Errorf("natsbus: serve session: %w", err)
+	}
+	h := b.handler
+	sub, err := nc.Subscribe(RPCSubject(session), func(m *nats.Msg) { b.dispatch(h, m) })
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("natsbus: serve session: %w", err)
+	}
+	b.served[session] = &servedSession{nc: nc, sub: sub}
+	return nil
+}
+
+// inProcessFunc adapts a function to nats.InProcessConnProvider.
+type inProcessFunc func() (net.Conn, error)
+
+func (f inProcessFunc) InProcessConn() (net.Conn, error) { return f() }
+
+// gatedConn is the broker's end of a session's connection: it reads only
+// while the session has room for more requests waiting (fairQueue.wait).
+type gatedConn struct {
+	net.Conn
+	wait func()
+}
+
+func (c *gatedConn) Read(p []byte) (int, error) {
+	c.wait()
+	return c.Conn.Read(p)
+}
+
+// reserve replaces a session's serving connection that closed while the
+// session is still served (the server cut it as a slow consumer: the
+// session flooded it). What it held is lost: that session's requests time
+// out.
+func (b *Bus) reserve(session string, closed *nats.Conn) {
+	b.mu.Lock()
+	ss := b.served[session]
+	if b.closed || ss == nil || ss.nc != closed {
+		b.mu.Unlock()
+		return // revoked, or the bus is closing
+	}
+	delete(b.served, session)
+	b.mu.Unlock()
+	b.log.Warn("the server closed a session's connection to the broker; serving it anew", "session", session)
+	if err := b.serveSession(session); err != nil {
+		b.log.Error("serving a session anew failed", "session", session, "error", err)
+	}
+}
+
+// servedSession is the broker's connection serving one session.
+type servedSession struct {
+	nc  *nats.Conn
+	sub *nats.Subscription
+}
+
+// RevokeSession implements transport.SessionRevoker, when the server is
+// embedded.
+func (b *Bus) RevokeSession(_ context.Context, session string) error {
+	if b.server == nil {
+		return errors.New("natsbus: session credentials need the embedded server")
+	}
+	b.server.CloseSession(session)
+	b.mu.Lock()
+	ss := b.served[session]
+	delete(b.served, session)
+	b.mu.Unlock()
+	if ss != nil {
+		ss.nc.Close()
+	}
+	return nil
 }
 
 // Connect returns an in-process client with the host credential: no TCP.
@@ -343,12 +573,21 @@ func (b *Bus) Close() error {
 		subs := b.subs
 		clients := b.clients
 		b.clients = map[*Client]struct{}{}
+		served := b.served
+		b.served = map[string]*servedSession{}
 		b.mu.Unlock()
 		for _, s := range subs {
 			_ = s.Unsubscribe()
 		}
+		for _, ss := range served {
+			_ = ss.sub.Unsubscribe()
+		}
 		b.cancel()
-		b.handlers.Wait()
+		b.fair.close() // answers what waits, waits for what runs
+		for _, ss := range served {
+			ss.nc.Close()
+		}
+		b.reserving.Wait()
 		for c := range clients {
 			c.Close()
 		}

@@ -79,6 +79,10 @@ type Client struct {
 	rmu      sync.RWMutex
 	routes   map[*nats.Subscription]*fanout.Sub
 	wg       sync.WaitGroup // the dispatcher
+
+	muxOnce sync.Once
+	mux     *replyMux
+	muxErr  error
 }
 
 // inboxSize is how many notifications wait for the dispatcher; past it,
@@ -227,10 +231,10 @@ func (c *Client) Session(ctx context.Context, id string) (transport.Session, err
 
 // CallHost implements transport.HostCaller.
 func (c *Client) CallHost(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	return c.request(ctx, c.ctx, HostRPC, method, params)
+	return c.request(ctx, c.ctx, HostRPC, "", method, params)
 }
 
-func (c *Client) request(ctx, scope context.Context, subject, method string, params any) (json.RawMessage, error) {
+func (c *Client) request(ctx, scope context.Context, subject, session, method string, params any) (json.RawMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -255,7 +259,7 @@ func (c *Client) request(ctx, scope context.Context, subject, method string, par
 	c.mu.Unlock()
 	stopLink := context.AfterFunc(link, cancel)
 	defer stopLink()
-	msg, err := c.nc.RequestWithContext(rctx, subject, req)
+	msg, err := c.roundTrip(rctx, subject, session, req)
 	switch {
 	case err == nil:
 		return wire.ResultOf(msg.Data)
@@ -272,6 +276,29 @@ func (c *Client) request(ctx, scope context.Context, subject, method string, par
 	default:
 		return nil, fmt.Errorf("%w: %v", transport.ErrUnavailable, err)
 	}
+}
+
+// roundTrip sends one request and waits for its reply. The broker answers
+// a session's request only in that session's inbox (_INBOX.<T>.): a
+// session credential's connection has that inbox prefix already; a
+// client that may act for any session (the host's) asks for its reply
+// there through one wildcard subscription of its own.
+func (c *Client) roundTrip(ctx context.Context, subject, session string, data []byte) (*nats.Msg, error) {
+	if session == "" || c.cfg.Session != "" {
+		return c.nc.RequestWithContext(ctx, subject, data)
+	}
+	replies, err := c.replyMux()
+	if err != nil {
+		return nil, err
+	}
+	return replies.request(ctx, c.nc, subject, SessionInbox(session), data)
+}
+
+func (c *Client) replyMux() (*replyMux, error) {
+	c.muxOnce.Do(func() {
+		c.mux, c.muxErr = newReplyMux(c.nc)
+	})
+	return c.mux, c.muxErr
 }
 
 // Close implements transport.Client. Idempotent.
@@ -311,7 +338,7 @@ type session struct {
 func (s *session) ID() string { return s.id }
 
 func (s *session) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	return s.c.request(ctx, s.ctx, s.rpc, method, params)
+	return s.c.request(ctx, s.ctx, s.rpc, s.id, method, params)
 }
 
 func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error) {

@@ -32,11 +32,30 @@ func rawRequest(t *testing.T, nc *nats.Conn, subject, method string, params any)
 	t.Helper()
 	req, err := wire.EncodeRequest(1, method, params)
 	require.NoError(t, err)
-	msg, err := nc.Request(subject, req, 5*time.Second)
+	msg, err := inboxRequest(nc, subject, req)
 	if err != nil {
 		return nil, err
 	}
 	return wire.ResultOf(msg.Data)
+}
+
+// inboxRequest sends a request as a host must: on a session's subject
+// a2a.rpc.<T>, with a reply subject in that session's inbox _INBOX.<T>.
+func inboxRequest(nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
+	token, ok := strings.CutPrefix(subject, natsbus.RPCPrefix)
+	if !ok {
+		return nc.Request(subject, data, 5*time.Second)
+	}
+	reply := natsbus.InboxPrefix + token + "." + nats.NewInbox()[len(nats.InboxPrefix):]
+	sub, err := nc.SubscribeSync(reply)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest(subject, reply, data); err != nil {
+		return nil, err
+	}
+	return sub.NextMsg(5 * time.Second)
 }
 
 // asyncErrors collects a connection's asynchronous errors.
@@ -257,28 +276,56 @@ func TestExternalServerHasNoSessionsMethods(t *testing.T) {
 
 // TestReplySubjectsStayInTheInboxes: a session credential cannot make the
 // broker answer on another session's events subject.
-func TestReplySubjectsStayInTheInboxes(t *testing.T) {
+// TestRepliesStayInTheirSessionsInbox: a session's request is answered
+// only in that session's inbox (_INBOX.<T>.): a forged reply subject, be
+// it another session's events or its inbox, gets nothing published there.
+func TestRepliesStayInTheirSessionsInbox(t *testing.T) {
 	b := brokerOn(t)
 	creds := openSession(t, b, "s1")
-	spy, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()))
+	victim := openSession(t, b, "s2")
+	// The victim session listens where a forged reply would land.
+	spy, err := nats.Connect(victim.URL, nats.UserInfo(victim.User, victim.Password), nats.CustomInboxPrefix(natsbus.SessionInbox("s2")))
 	require.NoError(t, err)
 	defer spy.Close()
 	events, err := spy.SubscribeSync(natsbus.EventsSubject("s2"))
+	require.NoError(t, err)
+	inbox, err := spy.SubscribeSync(natsbus.SessionInbox("s2") + ".>")
 	require.NoError(t, err)
 	require.NoError(t, spy.Flush())
 
 	nc, err := nats.Connect(creds.URL, nats.UserInfo(creds.User, creds.Password), nats.CustomInboxPrefix(natsbus.SessionInbox("s1")))
 	require.NoError(t, err)
 	defer nc.Close()
-	req, _ := wire.EncodeRequest(1, wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "a"}})
-	require.NoError(t, nc.PublishRequest(natsbus.RPCSubject("s1"), natsbus.EventsSubject("s2"), req))
+	for _, forged := range []string{natsbus.EventsSubject("s2"), natsbus.SessionInbox("s2") + ".x", "_INBOX.other"} {
+		req, _ := wire.EncodeRequest(1, wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "a"}})
+		require.NoError(t, nc.PublishRequest(natsbus.RPCSubject("s1"), forged, req))
+	}
 	require.NoError(t, nc.Flush())
-	// A proper request afterwards is answered: the forged one was seen
+	// A proper request afterwards is answered: the forged ones were seen
 	// first and ignored.
 	_, err = rawRequest(t, nc, natsbus.RPCSubject("s1"), wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "b"}})
 	require.NoError(t, err)
 	_, err = events.NextMsg(200 * time.Millisecond)
 	assert.ErrorIs(t, err, nats.ErrTimeout, "nothing was published on s2's events")
+	_, err = inbox.NextMsg(50 * time.Millisecond)
+	assert.ErrorIs(t, err, nats.ErrTimeout, "nothing was published in s2's inbox")
+}
+
+// TestABadSubjectTokenIsAnsweredWithTheRequestsID: JSON-RPC keeps the id
+// whenever it can be read.
+func TestABadSubjectTokenIsAnsweredWithTheRequestsID(t *testing.T) {
+	b := brokerOn(t)
+	host, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()))
+	require.NoError(t, err)
+	defer host.Close()
+	req, _ := wire.EncodeRequest(42, wire.MethodListAgents, wire.TokenParams{Token: "x"})
+	msg, err := inboxRequest(host, natsbus.RPCPrefix+"~YS5i=", req)
+	require.NoError(t, err)
+	var resp wire.Response
+	require.NoError(t, json.Unmarshal(msg.Data, &resp))
+	assert.JSONEq(t, "42", string(resp.ID))
+	require.NotNil(t, resp.Error)
+	assert.Equal(t, wire.ErrInvalidRequest.Code, resp.Error.Code)
 }
 
 func TestURLsAreShownWithoutCredentials(t *testing.T) {

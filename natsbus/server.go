@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -35,11 +37,31 @@ type ServerConfig struct {
 	// AllowRemote permits a Listen address off loopback. Off by default:
 	// a broker on a desktop host has no business on the network.
 	AllowRemote bool
-	// MaxMessageBytes is the protocol's message limit. The server accepts
-	// payloads well above it, so that the broker itself answers an
-	// oversized request with -32600 and large responses fit. 0 means
-	// wire.DefaultMaxMessageBytes.
+	// MaxMessageBytes is the protocol's message limit. The server carries
+	// payloads up to wire.NewLimits(MaxMessageBytes).Payload, so that the
+	// broker itself answers an oversized request with -32600 and every
+	// response fits. 0 means wire.DefaultMaxMessageBytes.
 	MaxMessageBytes int
+	// MaxConnectionsPerSession bounds the connections open at once with
+	// the credentials of one session; more are refused at authentication.
+	// 0 means DefaultMaxConnectionsPerSession.
+	MaxConnectionsPerSession int
+	// MaxSubscriptions bounds the subscriptions of one connection. 0
+	// means DefaultMaxSubscriptions.
+	MaxSubscriptions int
+	// SlowConsumerBytes is how much may wait to be written to one
+	// connection of a session credential before the server closes it (a
+	// subscriber that stopped reading). 0 means twice the payload limit.
+	SlowConsumerBytes int
+	// SessionPendingBytes bounds what waits to be written to the
+	// connections of one session together; past it, that session's
+	// connections with the most waiting are closed first. 0 means four
+	// times the payload limit.
+	SessionPendingBytes int
+	// MaxSessionPending bounds what waits to be written to all session
+	// connections together; past it, the connections with the most
+	// waiting are closed first. 0 means DefaultMaxSessionPending.
+	MaxSessionPending int
 	// StartTimeout bounds the wait for the server to accept connections.
 	// 0 means 10 seconds.
 	StartTimeout time.Duration
@@ -47,6 +69,16 @@ type ServerConfig struct {
 	// nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// Defaults of ServerConfig's zero fields.
+const (
+	DefaultMaxConnectionsPerSession = 16
+	DefaultMaxSubscriptions         = 4096
+	DefaultMaxSessionPending        = 128 << 20
+	// watchEvery is how often the server looks for session connections
+	// that stopped reading.
+	watchEvery = 100 * time.Millisecond
+)
 
 // Server is an embedded NATS server with the project's authentication: a
 // host token that may do anything, and per-session credentials that may
@@ -56,10 +88,23 @@ type Server struct {
 	token string
 	url   string
 
+	cfg      ServerConfig
+	log      *slog.Logger
+	payload  int
+	sessions *server.Account // where session credentials and their servers are
+	// servePass authenticates the broker's connections that serve the
+	// sessions (user serveUser, in the sessions account).
+	servePass string
+
 	mu        sync.Mutex
 	users     map[string]*credential            // by user
 	bySession map[string]map[string]*credential // session -> user -> credential
 
+	stop      chan struct{} // closed by Close: the watchdog returns
+	kick      chan struct{} // wakes the watchdog early: much was published
+	sent      atomic.Int64  // bytes published since the watchdog last looked
+	lastCut   time.Time     // the watchdog's: when it last cut a connection
+	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
 
@@ -83,18 +128,50 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	limits := wire.NewLimits(cfg.MaxMessageBytes)
+	if cfg.MaxConnectionsPerSession <= 0 {
+		cfg.MaxConnectionsPerSession = DefaultMaxConnectionsPerSession
+	}
+	if cfg.MaxSubscriptions <= 0 {
+		cfg.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if cfg.SlowConsumerBytes <= 0 {
+		cfg.SlowConsumerBytes = 2 * limits.Payload
+	}
+	if cfg.SessionPendingBytes <= 0 {
+		cfg.SessionPendingBytes = 4 * limits.Payload
+	}
+	if cfg.MaxSessionPending <= 0 {
+		cfg.MaxSessionPending = DefaultMaxSessionPending
+	}
 	host, port, err := listenAddr(cfg.Listen, cfg.AllowRemote)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{token: randomHex(32), users: map[string]*credential{}, bySession: map[string]map[string]*credential{}}
+	s := &Server{token: randomHex(32), servePass: randomHex(32), cfg: cfg, log: cfg.Logger, payload: limits.Payload, users: map[string]*credential{},
+		bySession: map[string]map[string]*credential{}, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	opts := &server.Options{
-		ServerName:                 "a2a-bus",
-		Host:                       host,
-		Port:                       port,
-		NoSigs:                     true,
-		NoSystemAccount:            true,
-		MaxPayload:                 int32(maxPayload(cfg.MaxMessageBytes)),
+		ServerName:      "a2a-bus",
+		Host:            host,
+		Port:            port,
+		NoSigs:          true,
+		NoSystemAccount: true,
+		MaxPayload:      int32(limits.Payload),
+		MaxSubs:         cfg.MaxSubscriptions,
+		// Session credentials live in an account of their own (see
+		// sessionsAccount).
+		Accounts: []*server.Account{server.NewAccount(sessionsAccount)},
+		// What may wait to be written to one connection: room for a few
+		// of the largest messages. A connection past it is closed as a
+		// slow consumer; past three quarters of it, the server slows down
+		// the producers that write to it (which is how a session's flood
+		// is made to wait, see sessionsAccount). The watchdog cuts session
+		// connections sooner still.
+		MaxPending: int64(maxPending(limits)),
+		// A write to a client that does not take it for this long closes
+		// the client: on loopback, a reader that stops that long is gone
+		// or stuck, and what waits for it is held until then.
+		WriteDeadline:              writeDeadline,
 		CustomClientAuthentication: s,
 	}
 	ns, err := server.NewServer(opts)
@@ -110,16 +187,140 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 			net.JoinHostPort(host, strconv.Itoa(port)), cfg.StartTimeout)
 	}
 	s.ns = ns
+	if err := s.linkAccounts(); err != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, err
+	}
 	addr := ns.Addr().(*net.TCPAddr)
 	s.url = "nats://" + net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port))
+	s.wg.Go(s.watch)
 	return s, nil
 }
 
-// maxPayload is the server's payload limit for a protocol message limit:
-// room for an oversized request to reach the broker, and for responses
-// larger than one request.
-func maxPayload(limit int) int {
-	return min(max(8*limit, 8<<20), 64<<20)
+// writeDeadline is how long the server waits for a client to take a
+// write.
+const writeDeadline = 3 * time.Second
+
+// maxPending is the server's per-connection bound on what waits to be
+// written: four of the largest messages.
+func maxPending(l wire.Limits) int { return 4 * l.Payload }
+
+// sessionsAccount is the NATS account of every session credential, and
+// of the broker's connections that serve them, one per open session.
+// The host's connections (the token) and the broker's main connection are
+// in the global account. So a session's requests reach the broker on a
+// connection of their own: the server keeps a buffer per connection and
+// slows down a producer whose consumer falls behind, which makes one
+// session's flood wait behind itself, never in front of another
+// session's requests. Notifications, published once in the global
+// account, reach the session credentials through a stream import.
+const sessionsAccount = "a2a-sessions"
+
+// linkAccounts imports the notifications into the sessions account.
+func (s *Server) linkAccounts() error {
+	global := s.ns.GlobalAccount()
+	sessions, err := s.ns.LookupAccount(sessionsAccount)
+	if err != nil {
+		return fmt.Errorf("natsbus: the sessions account: %w", err)
+	}
+	events := EventsPrefix + "*" + EventsSuffix
+	if err := global.AddStreamExport(events, []*server.Account{sessions}); err != nil {
+		return fmt.Errorf("natsbus: export the notifications: %w", err)
+	}
+	if err := sessions.AddStreamImport(global, events, ""); err != nil {
+		return fmt.Errorf("natsbus: import the notifications: %w", err)
+	}
+	s.sessions = sessions
+	return nil
+}
+
+// MaxPayload returns the server's payload limit.
+func (s *Server) MaxPayload() int { return s.payload }
+
+// kickEvery is how many published bytes wake the watchdog before its
+// tick: a burst of large notifications is looked at as it lands, not a
+// tick later.
+const kickEvery = 1 << 20
+
+// published tells the watchdog that n bytes were published.
+func (s *Server) published(n int) {
+	if s.sent.Add(int64(n)) >= kickEvery {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watch closes the session connections that stopped reading: one with
+// more than SlowConsumerBytes waiting to be written, and, while all of
+// them together have more than MaxSessionPending waiting, those with the
+// most. The host's connections and the broker's are never cut here.
+func (s *Server) watch() {
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		case <-s.kick:
+		}
+		s.sent.Store(0)
+		if s.cutSlowSessions() {
+			s.lastCut = time.Now()
+		} else if !s.lastCut.IsZero() && time.Since(s.lastCut) >= time.Second {
+			// What the cut connections held is garbage now: once the
+			// cutting is over, give it back to the system at once rather
+			// than when the runtime gets round to it.
+			s.lastCut = time.Time{}
+			debug.FreeOSMemory()
+		}
+	}
+}
+
+// cutSlowSessions cuts what watch says, and reports whether it cut any.
+func (s *Server) cutSlowSessions() bool {
+	s.mu.Lock()
+	sessionOf := map[uint64]string{}
+	for _, cred := range s.users {
+		for id := range cred.clients {
+			sessionOf[id] = cred.session
+		}
+	}
+	s.mu.Unlock()
+	if len(sessionOf) == 0 {
+		return false
+	}
+	// The connections with the most waiting, largest first.
+	cz, err := s.ns.Connz(&server.ConnzOptions{Sort: server.ByPending, Limit: 256})
+	if err != nil {
+		return false
+	}
+	total := 0
+	bySession := map[string]int{}
+	var slow []*server.ConnInfo
+	for _, c := range cz.Conns {
+		if session, ok := sessionOf[c.Cid]; ok && c.Pending > 0 {
+			total += c.Pending
+			bySession[session] += c.Pending
+			slow = append(slow, c)
+		}
+	}
+	cut := false
+	for _, c := range slow { // largest first
+		session := sessionOf[c.Cid]
+		if c.Pending <= s.cfg.SlowConsumerBytes && bySession[session] <= s.cfg.SessionPendingBytes && total <= s.cfg.MaxSessionPending {
+			continue
+		}
+		s.log.Warn("closing a session connection that stopped reading", "session", session, "pendingBytes", c.Pending)
+		_ = s.ns.DisconnectClientByID(c.Cid)
+		total -= c.Pending
+		bySession[session] -= c.Pending
+		cut = true
+	}
+	return cut
 }
 
 // CheckListen reports whether a Listen setting would be accepted:
@@ -168,6 +369,10 @@ func listenAddr(listen string, allowRemote bool) (string, int, error) {
 // URL returns the server's client URL, without credentials.
 func (s *Server) URL() string { return s.url }
 
+// serveUser is the user of the broker's connections that serve sessions;
+// session credentials' users are hex, so never this.
+const serveUser = "a2a-bus-broker"
+
 // Token returns the host credential. Keep it secret: it opens everything.
 func (s *Server) Token() string { return s.token }
 
@@ -191,6 +396,13 @@ func (s *Server) Check(c server.ClientAuthentication) bool {
 	if opts.Username == "" {
 		return false
 	}
+	if opts.Username == serveUser {
+		if subtle.ConstantTimeCompare([]byte(opts.Password), []byte(s.servePass)) == 1 {
+			c.RegisterUser(&server.User{Username: serveUser, Account: s.sessions})
+			return true
+		}
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cred := s.users[opts.Username]
@@ -198,9 +410,29 @@ func (s *Server) Check(c server.ClientAuthentication) bool {
 	if cred == nil || subtle.ConstantTimeCompare(cred.password[:], h[:]) != 1 {
 		return false
 	}
+	if n := s.liveClients(cred.session); n >= s.cfg.MaxConnectionsPerSession {
+		s.log.Warn("session connection refused: too many open", "session", cred.session, "limit", s.cfg.MaxConnectionsPerSession)
+		return false
+	}
 	cred.clients[c.GetID()] = true
-	c.RegisterUser(&server.User{Username: cred.user, Permissions: sessionPermissions(cred.session)})
+	c.RegisterUser(&server.User{Username: cred.user, Permissions: sessionPermissions(cred.session), Account: s.sessions})
 	return true
+}
+
+// liveClients counts the open connections of a session's credentials,
+// forgetting those that closed. s.mu is held.
+func (s *Server) liveClients(session string) int {
+	n := 0
+	for _, cred := range s.bySession[session] {
+		for id := range cred.clients {
+			if s.ns.GetClient(id) == nil {
+				delete(cred.clients, id)
+				continue
+			}
+			n++
+		}
+	}
+	return n
 }
 
 // sessionPermissions are what a session credential may do: request on its
@@ -231,7 +463,9 @@ func (s *Server) OpenSession(session string) wire.SessionCredentials {
 }
 
 // CloseSession revokes every credential of a session and closes the
-// connections made with them.
+// connections made with them. A client of the session then sees its
+// connection close, and its reconnects refused (authorization
+// violation).
 func (s *Server) CloseSession(session string) {
 	s.mu.Lock()
 	creds := s.bySession[session]
@@ -253,6 +487,8 @@ func (s *Server) CloseSession(session string) {
 // Idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		close(s.stop)
+		s.wg.Wait()
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
 	})

@@ -35,6 +35,8 @@ type serveOptions struct {
 	retention          time.Duration
 	retentionTasks     int
 	maxTasksPerContext int
+	maxAgentsPerSess   int
+	maxConnsPerSess    int
 	maxMessageBytes    int
 	replayWindow       int
 	orphanTimeout      time.Duration
@@ -59,7 +61,9 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.retention, "retention", broker.DefaultRetention.MaxAge, "how long terminal tasks are kept (0: no limit)")
 	fs.IntVar(&o.retentionTasks, "retention-tasks", broker.DefaultRetention.MaxTerminal, "how many terminal tasks are kept at most (0: no limit)")
 	fs.IntVar(&o.maxTasksPerContext, "max-tasks-per-context", broker.DefaultMaxTasksPerContext, "open tasks a session may have requested")
-	fs.IntVar(&o.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes, "the largest message, on every bus")
+	fs.IntVar(&o.maxAgentsPerSess, "max-agents-per-session", broker.DefaultMaxAgentsPerSess, "live agents one session may have")
+	fs.IntVar(&o.maxConnsPerSess, "max-connections-per-session", natsbus.DefaultMaxConnectionsPerSession, "NATS: connections open at once with one session's credentials")
+	fs.IntVar(&o.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes, "the largest request, on every bus; the payload and task limits derive from it")
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
 	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long open tasks wait for their members (0 disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -151,8 +155,11 @@ func (o *serveOptions) validate() error {
 	if o.maxTasksPerContext < 1 {
 		return usageErrorf("--max-tasks-per-context: must be at least 1")
 	}
-	if o.maxMessageBytes < 1024 {
-		return usageErrorf("--max-message-bytes: must be at least 1024")
+	if err := wire.NewLimits(o.maxMessageBytes).Valid(); err != nil {
+		return usageErrorf("--max-message-bytes: %v", err)
+	}
+	if o.maxAgentsPerSess < 1 || o.maxConnsPerSess < 1 {
+		return usageErrorf("--max-agents-per-session and --max-connections-per-session must be at least 1")
 	}
 	if o.replayWindow < 1 {
 		return usageErrorf("--replay-window: must be at least 1")
@@ -208,14 +215,15 @@ func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Con
 		retention.MaxTerminal = -1
 	}
 	return broker.Config{
-		BusName:            o.bus,
-		Retention:          retention,
-		Store:              st,
-		MaxTasksPerContext: o.maxTasksPerContext,
-		MaxMessageBytes:    o.maxMessageBytes,
-		ReplayWindow:       o.replayWindow,
-		OrphanTimeout:      orphan,
-		Logger:             log,
+		BusName:             o.bus,
+		Retention:           retention,
+		Store:               st,
+		MaxTasksPerContext:  o.maxTasksPerContext,
+		MaxAgentsPerSession: o.maxAgentsPerSess,
+		MaxMessageBytes:     o.maxMessageBytes,
+		ReplayWindow:        o.replayWindow,
+		OrphanTimeout:       orphan,
+		Logger:              log,
 	}
 }
 
@@ -252,7 +260,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	bus, err := natsbus.New(natsbus.Config{
 		URL:             o.natsURL,
 		CredsFile:       o.natsCreds,
-		Server:          natsbus.ServerConfig{Listen: o.listen, AllowRemote: o.allowRemote},
+		Server:          natsbus.ServerConfig{Listen: o.listen, AllowRemote: o.allowRemote, MaxConnectionsPerSession: o.maxConnsPerSess},
 		MaxMessageBytes: o.maxMessageBytes,
 		Logger:          log,
 	})

@@ -1,0 +1,248 @@
+package natsbus
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// The errors of fairQueue.submit.
+var (
+	errBusy        = errors.New("natsbus: the session has too many requests waiting")
+	errQueueClosed = errors.New("natsbus: closed")
+)
+
+// fairLimits are a fairQueue's bounds.
+type fairLimits struct {
+	total    int        // requests running at once, all keys together
+	perKey   int        // requests of one key running at once
+	maxWait  int        // requests of one key waiting; past it, errBusy
+	maxBytes int        // their bytes
+	rate     rate.Limit // requests of one key started per second (rate.Inf: no bound)
+	burst    int        // of which this many at once
+}
+
+// fairQueue runs requests so that one session's flood queues behind
+// itself and not in front of everyone: at most total requests run at
+// once, at most perKey of one key (a session), no more than rate a second
+// of one key; a key's waiting requests are bounded (beyond, submit
+// refuses). When a request ends, the next to run is taken round-robin
+// over the keys that have one waiting and may start one: a busy session
+// gets its turn like any other, never all of them.
+//
+// submit never blocks: the subscription that feeds it must never fall
+// behind. A reader that wants to stop taking a key's requests while the
+// key has enough waiting calls wait (see gatedConn).
+type fairQueue struct {
+	lim fairLimits
+
+	mu      sync.Mutex
+	roomy   *sync.Cond // broadcast when a key's waiting requests drop
+	closed  bool
+	running int
+	keys    map[string]*fairKey
+	turn    []*fairKey  // keys with waiting requests, in round-robin order
+	timer   *time.Timer // starts what a rate held back
+	unlimit map[string]bool
+	wg      sync.WaitGroup
+}
+
+type fairKey struct {
+	key     string
+	running int
+	waiting []fairJob
+	bytes   int
+	inTurn  bool
+	rate    *rate.Limiter
+}
+
+// fairJob is one request: run(true) serves it, run(false) answers it
+// unserved (the queue closed while it waited).
+type fairJob struct {
+	run  func(serve bool)
+	size int
+}
+
+// newFairQueue returns a queue; the keys in unlimited (the host's) have
+// no rate bound.
+func newFairQueue(lim fairLimits, unlimited ...string) *fairQueue {
+	q := &fairQueue{lim: lim, keys: map[string]*fairKey{}, unlimit: map[string]bool{}}
+	for _, k := range unlimited {
+		q.unlimit[k] = true
+	}
+	q.roomy = sync.NewCond(&q.mu)
+	return q
+}
+
+// full reports whether k has as many requests waiting as it may have, or
+// nearly: its reader should stop taking more. q.mu is held.
+func (q *fairQueue) full(k *fairKey) bool {
+	return k != nil && (len(k.waiting) >= q.lim.maxWait*3/4 || k.bytes >= q.lim.maxBytes*3/4)
+}
+
+// wait blocks while key's queue is (nearly) full, until the queue closes.
+// A reader that calls it before each read of a key's requests stops
+// reading while the key has enough waiting: what the key sends then waits
+// in the NATS server, whose buffer per connection fills and slows down
+// the key's own producers, and no one else's.
+func (q *fairQueue) wait(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for !q.closed && q.full(q.keys[key]) {
+		q.roomy.Wait()
+	}
+}
+
+// submit runs run now, or queues it behind key's earlier requests. It
+// returns errBusy, running nothing, when key already has its bound of
+// waiting requests (or bytes), and errQueueClosed after close.
+func (q *fairQueue) submit(key string, size int, run func(serve bool)) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return errQueueClosed
+	}
+	k := q.keys[key]
+	if k == nil {
+		k = &fairKey{key: key, rate: rate.NewLimiter(q.lim.rate, q.lim.burst)}
+		if q.unlimit[key] {
+			k.rate = rate.NewLimiter(rate.Inf, 0)
+		}
+		q.keys[key] = k
+	}
+	job := fairJob{run: run, size: size}
+	if len(k.waiting) == 0 && q.mayStart(k) && k.rate.Allow() {
+		q.start(k, job)
+		return nil
+	}
+	if len(k.waiting) >= q.lim.maxWait || (len(k.waiting) > 0 && k.bytes+size > q.lim.maxBytes) {
+		return errBusy
+	}
+	k.waiting = append(k.waiting, job)
+	k.bytes += size
+	q.enter(k)
+	q.pump()
+	return nil
+}
+
+// mayStart reports whether k may start one more request, rate aside.
+// q.mu is held.
+func (q *fairQueue) mayStart(k *fairKey) bool {
+	return k.running < q.lim.perKey && q.running < q.lim.total
+}
+
+// enter puts k in the turn, if it has a request waiting. q.mu is held.
+func (q *fairQueue) enter(k *fairKey) {
+	if len(k.waiting) > 0 && !k.inTurn {
+		k.inTurn = true
+		q.turn = append(q.turn, k)
+	}
+}
+
+// requeue puts keys back in the turn, in order. q.mu is held.
+func (q *fairQueue) requeue(keys []*fairKey) {
+	for _, k := range keys {
+		k.inTurn = false
+		q.enter(k)
+	}
+}
+
+// start runs job for k in a goroutine of its own. q.mu is held.
+func (q *fairQueue) start(k *fairKey, job fairJob) {
+	q.running++
+	k.running++
+	q.wg.Go(func() {
+		job.run(true)
+		q.done(k)
+	})
+}
+
+// done ends one of k's requests and starts the next ones due.
+func (q *fairQueue) done(k *fairKey) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.running--
+	k.running--
+	q.enter(k)
+	q.pump()
+	if k.running == 0 && len(k.waiting) == 0 {
+		delete(q.keys, k.key) // a key that comes back starts afresh
+	}
+}
+
+// pump starts waiting requests while slots are free, one per key per
+// round, round-robin over the keys in turn. A key at its perKey bound
+// leaves the turn (its done puts it back); one held back by its rate
+// stays, and if nothing else can start, a timer pumps again when the
+// soonest may. q.mu is held.
+func (q *fairQueue) pump() {
+	defer q.roomy.Broadcast()
+	var soonest time.Duration
+	for started := true; started && !q.closed; {
+		started = false
+		round := q.turn
+		q.turn = nil
+		var went []*fairKey // the keys that started one: back of the line
+		for i, k := range round {
+			k.inTurn = false
+			if q.running >= q.lim.total {
+				q.requeue(round[i:]) // in order, for the next done
+				q.requeue(went)
+				return
+			}
+			if len(k.waiting) == 0 || k.running >= q.lim.perKey {
+				continue
+			}
+			if !k.rate.Allow() {
+				r := k.rate.Reserve()
+				if d := r.Delay(); soonest == 0 || d < soonest {
+					soonest = d
+				}
+				r.Cancel()
+				q.enter(k) // it keeps its place
+				continue
+			}
+			job := k.waiting[0]
+			k.waiting[0] = fairJob{}
+			k.waiting = k.waiting[1:]
+			k.bytes -= job.size
+			q.start(k, job)
+			went = append(went, k)
+			started = true
+		}
+		q.requeue(went)
+	}
+	if soonest > 0 && q.timer == nil && !q.closed {
+		q.timer = time.AfterFunc(soonest, func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.timer = nil
+			q.pump()
+		})
+	}
+}
+
+// close stops starting requests, answers those still waiting unserved,
+// and waits for the running ones. Idempotent.
+func (q *fairQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
+	q.roomy.Broadcast()
+	var left []fairJob
+	for _, k := range q.keys {
+		left = append(left, k.waiting...)
+		k.waiting, k.bytes = nil, 0
+	}
+	q.turn = nil
+	q.mu.Unlock()
+	for _, j := range left {
+		j.run(false)
+	}
+	q.wg.Wait()
+}

@@ -1,0 +1,185 @@
+package natsbus
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/time/rate"
+)
+
+// gate is a job that runs until released, recording that it started.
+type gate struct {
+	mu      sync.Mutex
+	started []string
+	release chan struct{}
+	served  map[string]int
+	refused map[string]int
+}
+
+func newGate() *gate {
+	return &gate{release: make(chan struct{}), served: map[string]int{}, refused: map[string]int{}}
+}
+
+func (g *gate) job(key string) func(bool) {
+	return func(serve bool) {
+		g.mu.Lock()
+		if !serve {
+			g.refused[key]++
+			g.mu.Unlock()
+			return
+		}
+		g.started = append(g.started, key)
+		g.mu.Unlock()
+		<-g.release
+		g.mu.Lock()
+		g.served[key]++
+		g.mu.Unlock()
+	}
+}
+
+// waitServed waits until n jobs have been served.
+func (g *gate) waitServed(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		total := 0
+		for _, c := range g.served {
+			total += c
+		}
+		return total >= n
+	}, 5*time.Second, time.Millisecond)
+}
+
+func (g *gate) order() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]string(nil), g.started...)
+}
+
+// waitStarted waits until n jobs have started.
+func (g *gate) waitStarted(t *testing.T, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(g.order()) >= n }, 5*time.Second, time.Millisecond)
+}
+
+func TestFairQueue_AFloodWaitsBehindItself(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 4, perKey: 2, maxWait: 100, maxBytes: 1 << 20, rate: rate.Inf})
+	g := newGate()
+	for range 50 {
+		require.NoError(t, q.submit("flood", 1, g.job("flood")))
+	}
+	g.waitStarted(t, 2)
+	// The flood holds its two places; the quiet session starts at once.
+	require.NoError(t, q.submit("quiet", 1, g.job("quiet")))
+	g.waitStarted(t, 3)
+	assert.Equal(t, []string{"flood", "flood", "quiet"}, g.order())
+	close(g.release)
+	g.waitServed(t, 51)
+	q.close()
+	assert.Equal(t, 50, g.served["flood"])
+	assert.Equal(t, 1, g.served["quiet"])
+}
+
+func TestFairQueue_TurnsGoRoundRobin(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 1, perKey: 1, maxWait: 100, maxBytes: 1 << 20, rate: rate.Inf})
+	g := newGate()
+	require.NoError(t, q.submit("a", 1, g.job("a")))
+	g.waitStarted(t, 1)
+	for range 3 {
+		require.NoError(t, q.submit("a", 1, g.job("a")))
+	}
+	require.NoError(t, q.submit("b", 1, g.job("b")))
+	require.NoError(t, q.submit("c", 1, g.job("c")))
+	close(g.release)
+	g.waitServed(t, 6)
+	q.close()
+	assert.Equal(t, []string{"a", "a", "b", "c", "a", "a"}, g.order(), "a waiting key does not go twice while others wait")
+}
+
+func TestFairQueue_TooManyWaitingIsBusy(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 1, perKey: 1, maxWait: 2, maxBytes: 1 << 20, rate: rate.Inf})
+	g := newGate()
+	for range 3 { // one runs, two wait
+		require.NoError(t, q.submit("a", 1, g.job("a")))
+	}
+	assert.ErrorIs(t, q.submit("a", 1, g.job("a")), errBusy)
+	assert.NoError(t, q.submit("b", 1, g.job("b")), "another key has its own bound")
+	// Bytes bound too: one waiting request of 1 MiB fills it.
+	q2 := newFairQueue(fairLimits{total: 1, perKey: 1, maxWait: 100, maxBytes: 1 << 20, rate: rate.Inf})
+	require.NoError(t, q2.submit("a", 1, g.job("a")))
+	require.NoError(t, q2.submit("a", 1<<20, g.job("a")))
+	assert.ErrorIs(t, q2.submit("a", 1, g.job("a")), errBusy)
+	close(g.release)
+	q.close()
+	q2.close()
+}
+
+func TestFairQueue_RateHoldsAKeyBack(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 10, perKey: 10, maxWait: 100, maxBytes: 1 << 20, rate: 20, burst: 2}, "host")
+	g := newGate()
+	close(g.release)
+	start := time.Now()
+	for range 6 {
+		require.NoError(t, q.submit("s", 1, g.job("s")))
+	}
+	for range 20 {
+		require.NoError(t, q.submit("host", 1, g.job("host")))
+	}
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.served["s"] == 6 && g.served["host"] == 20
+	}, 5*time.Second, time.Millisecond, "the held-back requests start when the rate allows")
+	// Two at once (the burst), four more at 20 a second: at least 150 ms.
+	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+	q.close()
+}
+
+func TestFairQueue_CloseAnswersWhatWaits(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 1, perKey: 1, maxWait: 100, maxBytes: 1 << 20, rate: rate.Inf})
+	g := newGate()
+	for range 4 {
+		require.NoError(t, q.submit("a", 1, g.job("a")))
+	}
+	g.waitStarted(t, 1)
+	done := make(chan struct{})
+	go func() { q.close(); close(done) }()
+	require.Eventually(t, func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.refused["a"] == 3
+	}, 5*time.Second, time.Millisecond, "the waiting ones are answered unserved")
+	select {
+	case <-done:
+		t.Fatal("close returned while a request still ran")
+	default:
+	}
+	close(g.release)
+	<-done
+	assert.Equal(t, 1, g.served["a"])
+	assert.ErrorIs(t, q.submit("a", 1, g.job("a")), errQueueClosed)
+	q.close() // idempotent
+}
+
+func TestFairQueue_WaitBlocksWhileAKeyIsFull(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 1, perKey: 1, maxWait: 4, maxBytes: 1 << 20, rate: rate.Inf})
+	g := newGate()
+	for range 4 { // one runs, three wait: full (3/4 of 4)
+		require.NoError(t, q.submit("a", 1, g.job("a")))
+	}
+	waited := make(chan struct{})
+	go func() { q.wait("a"); close(waited) }()
+	q.wait("b") // another key's reader is not held
+	select {
+	case <-waited:
+		t.Fatal("the full key's reader was not held")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(g.release)
+	<-waited
+	q.close()
+}
