@@ -222,3 +222,27 @@ func TestParseBus(t *testing.T) {
 	assert.True(t, errors.Is(err, host.ErrUnknownBus), "the zero bus is no bus: %v", err)
 	assert.True(t, strings.Contains(host.Pipe.String(), "pipe"))
 }
+
+// TestTasksFollowThePages: a delegate with more tasks than a page sees
+// them all, once each, oldest first, on every bus.
+func TestTasksFollowThePages(t *testing.T) {
+	eachBus(t, func(t *testing.T, h *host.Host) {
+		a := spawn(t, session(t, h, "pages-a"), "asker")
+		b := spawn(t, session(t, h, "pages-b"), "answerer")
+		var want []string
+		for i := range wire.DefaultPageSize + 20 {
+			task, err := a.Send(ctxT(t), b.ID(), say("task"), nil)
+			require.NoError(t, err, "task %d", i)
+			_, err = b.Update(ctxT(t), task.ID, wire.StateCompleted, nil)
+			require.NoError(t, err)
+			want = append(want, task.ID)
+		}
+		tasks, err := a.Tasks(ctxT(t), "", "")
+		require.NoError(t, err)
+		var got []string
+		for _, task := range tasks {
+			got = append(got, task.ID)
+		}
+		assert.Equal(t, want, got)
+	})
+}
