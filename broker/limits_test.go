@@ -412,3 +412,42 @@ func TestChurnLeavesNothingBehind(t *testing.T) {
 	assert.Zero(t, orphans)
 	assert.Zero(t, sessions)
 }
+
+// TestLimits_AFullTaskCanAlwaysBeClosed: a requester fills its task to
+// the byte; the assignee, in another session, still completes it (a bare
+// closing is never refused for size), and the requester can cancel the
+// next one.
+func TestLimits_AFullTaskCanAlwaysBeClosed(t *testing.T) {
+	e, _ := newSmallEnv(t, broker.Config{})
+	req := e.register("hostile", "req")
+	asg := e.register("victim", "asg")
+	// fill appends to the task until its JSON is one byte short of the
+	// limit: the broker counts a task as the JSON it sends.
+	fill := func(id string) {
+		limit := e.broker.Limits().Task
+		for {
+			got, err := req.get(id)
+			require.NoError(t, err)
+			whole, _ := json.Marshal(got)
+			last := got.History[len(got.History)-1]
+			msg, _ := json.Marshal(last)
+			overhead := len(msg) - len(*last.Parts[0].Text) + 1 // the message around its text, and a comma
+			n := min(limit-len(whole)-1-overhead, 60_000)
+			if n <= 0 {
+				return
+			}
+			_, err = req.reply(id, strings.Repeat("x", n))
+			require.NoError(t, err)
+		}
+	}
+	task := req.mustSend(asg.id, "hi")
+	_, err := asg.update(task.ID, wire.StateWorking, "")
+	require.NoError(t, err)
+	fill(task.ID)
+	_, err = asg.update(task.ID, wire.StateCompleted, "")
+	require.NoError(t, err, "the assignee completes the full task")
+	next := req.mustSend(asg.id, "again")
+	fill(next.ID)
+	_, err = req.cancel(next.ID)
+	require.NoError(t, err, "the requester cancels the full task")
+}

@@ -83,6 +83,7 @@ type registry struct {
 	mu         sync.RWMutex
 	order      uint64
 	byID       map[string]*agent
+	sorted     []*agent // the live agents by agentId, for paged lists
 	byToken    map[[32]byte]*agent
 	byInstance map[string]*agent
 	bySession  map[string]map[string]*agent
@@ -122,11 +123,15 @@ func (r *registry) uniqueID(name string) string {
 	}
 }
 
+func byAgentID(a *agent, id string) int { return strings.Compare(a.id, id) }
+
 // add indexes a. r.mu is held.
 func (r *registry) add(a *agent) {
 	r.order++
 	a.order = r.order
 	r.byID[a.id] = a
+	i, _ := slices.BinarySearchFunc(r.sorted, a.id, byAgentID)
+	r.sorted = slices.Insert(r.sorted, i, a)
 	r.byToken[a.tokenHash] = a
 	r.byInstance[a.instance] = a
 	s := r.bySession[a.session]
@@ -142,6 +147,9 @@ func (r *registry) add(a *agent) {
 func (r *registry) remove(a *agent) {
 	if r.byID[a.id] == a {
 		delete(r.byID, a.id)
+		if i, found := slices.BinarySearchFunc(r.sorted, a.id, byAgentID); found {
+			r.sorted = slices.Delete(r.sorted, i, i+1)
+		}
 		// A freed base-N lowers base's hint, keeping the lowest-free rule.
 		if i := strings.LastIndexByte(a.id, '-'); i > 0 {
 			if n, err := strconv.Atoi(a.id[i+1:]); err == nil && n >= 2 {
@@ -420,30 +428,34 @@ func (b *Broker) listAgents(ctx context.Context, from transport.Caller, params j
 // agentsPage encodes one page of the live agents after the agentId
 // after, in agentId order, without self, as a2a.agents.list and
 // a2a.admin.agents answer: {agents, nextPageToken}. A page holds at most
-// size cards and stays within the page budget.
+// size cards and stays within the page budget. The registry keeps the
+// agents sorted, so a page costs its own cards, not the host's.
 func (b *Broker) agentsPage(self *agent, after string, size int) json.RawMessage {
-	b.reg.mu.RLock()
-	ids := make([]*agent, 0, min(len(b.reg.byID), 4*size))
-	for id, a := range b.reg.byID {
-		if a != self && id > after {
-			ids = append(ids, a)
-		}
-	}
-	b.reg.mu.RUnlock()
-	slices.SortFunc(ids, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
 	out := make([]byte, 0, 1024)
 	out = append(out, `{"agents":[`...)
 	next := ""
-	for i, a := range ids {
-		if i == size || (i > 0 && len(out)+len(a.card) > b.limits.Page()) {
-			next = ids[i-1].id
+	b.reg.mu.RLock()
+	i, found := slices.BinarySearchFunc(b.reg.sorted, after, byAgentID)
+	if found {
+		i++
+	}
+	n, last := 0, ""
+	for ; i < len(b.reg.sorted); i++ {
+		a := b.reg.sorted[i]
+		if a == self {
+			continue
+		}
+		if n == size || (n > 0 && len(out)+len(a.card) > b.limits.Page()) {
+			next = last // the page is full: the next starts after its last
 			break
 		}
-		if i > 0 {
+		if n > 0 {
 			out = append(out, ',')
 		}
 		out = append(out, a.card...)
+		n, last = n+1, a.id
 	}
+	b.reg.mu.RUnlock()
 	out = append(out, `],"nextPageToken":`...)
 	tok, _ := json.Marshal(next)
 	out = append(out, tok...)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,7 +27,7 @@ const (
 	// once.
 	DefaultMaxInFlight = 1024
 	// DefaultMaxInFlightPerSession bounds those of one session.
-	DefaultMaxInFlightPerSession = 16
+	DefaultMaxInFlightPerSession = 8
 	// DefaultMaxWaitingPerSession bounds the requests of one session that
 	// wait for their turn; past it, requests are answered A2A_BUSY.
 	DefaultMaxWaitingPerSession = 1024
@@ -37,6 +38,10 @@ const (
 	DefaultSessionRate  = 10000
 	DefaultSessionBurst = 1000
 )
+
+// waitingBytesPerSession bounds the bytes of a session's requests that
+// wait, in payload limits (with the defaults, 32 MiB).
+const waitingBytesPerSession = 4
 
 // hostKey is the fair queue's key of host requests: no session id has a
 // control character.
@@ -65,9 +70,8 @@ type Config struct {
 	// DefaultMaxInFlightPerSession.
 	MaxInFlightPerSession int
 	// MaxWaitingPerSession bounds the requests of one session that wait
-	// (and their bytes, to that many message limits' worth); past it,
-	// requests are answered A2A_BUSY at once. 0 means
-	// DefaultMaxWaitingPerSession.
+	// (and their bytes, to four payload limits); past it, requests are
+	// answered A2A_BUSY at once. 0 means DefaultMaxWaitingPerSession.
 	MaxWaitingPerSession int
 	// SessionRate bounds the requests per second served to one session;
 	// the others wait their turn. Host requests (the token) have no such
@@ -105,9 +109,8 @@ type Bus struct {
 	// that the server closed.
 	reserving sync.WaitGroup
 
-	busyOnce   sync.Once
-	busyErr    []byte
-	busyBudget budget
+	busyOnce sync.Once
+	busyErr  []byte
 
 	closeOnce sync.Once
 }
@@ -144,7 +147,7 @@ func New(cfg Config) (*Bus, error) {
 	b := &Bus{cfg: cfg, log: cfg.Logger, clients: map[*Client]struct{}{}, served: map[string]*servedSession{},
 		fair: newFairQueue(fairLimits{
 			total: cfg.MaxInFlight, perKey: cfg.MaxInFlightPerSession,
-			maxWait: cfg.MaxWaitingPerSession, maxBytes: cfg.MaxWaitingPerSession * cfg.MaxMessageBytes,
+			maxWait: cfg.MaxWaitingPerSession, maxBytes: waitingBytesPerSession * wire.NewLimits(cfg.MaxMessageBytes).Payload,
 			rate: sessionRate(cfg.SessionRate), burst: DefaultSessionBurst,
 		}, hostKey)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -219,7 +222,7 @@ func (b *Bus) Serve(h transport.Handler) error {
 		return transport.ErrServing
 	}
 	for _, subj := range []string{RPCPrefix + "*", HostRPC} {
-		sub, err := b.nc.Subscribe(subj, func(m *nats.Msg) { b.dispatch(h, m) })
+		sub, err := b.nc.Subscribe(subj, func(m *nats.Msg) { b.dispatch(h, m, b.server == nil) })
 		if err != nil {
 			return fmt.Errorf("natsbus: subscribe %s: %w", subj, err)
 		}
@@ -235,7 +238,12 @@ func (b *Bus) Serve(h transport.Handler) error {
 	return nil
 }
 
-func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
+// dispatch serves one request. bySession keys a session's requests by
+// the session in the fair queue: those that come on a session's own
+// connection, and all of them on an external server; on the embedded
+// server's main connection only the host's token can send, and its
+// requests share the host's key.
+func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 	if m.Reply == "" {
 		b.log.Debug("request without a reply subject ignored", "subject", m.Subject)
 		return
@@ -265,7 +273,9 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
 			return
 		}
 		from = transport.Caller{Scope: transport.ScopeSession, Session: session}
-		key = session
+		if bySession {
+			key = session
+		}
 	}
 	err := b.fair.submit(key, len(m.Data), func(serve bool) {
 		var resp []byte
@@ -289,7 +299,7 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
 		// The flood's overflow: answered as cheaply as can be, so that
 		// the subscription keeps up with it; past busyAnswers a second,
 		// not answered at all (the flooder's calls time out).
-		if b.busyBudget.allow(time.Now()) {
+		if b.fair.busyAnswer(key, busyAnswers, time.Now()) {
 			b.reply(m, b.busy(wire.PeekID(m.Data)))
 		}
 	case err != nil:
@@ -297,27 +307,10 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg) {
 	}
 }
 
-// busyAnswers is how many A2A_BUSY answers a second the broker sends,
-// all sessions together: beyond, a flood's overflow goes unanswered, so
-// that answering it cannot cost more than serving everyone else.
+// busyAnswers is how many A2A_BUSY answers a second the broker sends to
+// one session: beyond, a flood's overflow goes unanswered, so that
+// answering it cannot cost more than serving everyone else.
 const busyAnswers = 1000
-
-// budget counts events in one-second windows.
-type budget struct {
-	mu     sync.Mutex
-	window time.Time
-	used   int
-}
-
-func (b *budget) allow(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if now.Sub(b.window) >= time.Second {
-		b.window, b.used = now, 0
-	}
-	b.used++
-	return b.used <= busyAnswers
-}
 
 // busy returns the A2A_BUSY response to the request with this id. The
 // error object is encoded once.
@@ -413,7 +406,7 @@ func (b *Bus) HostMethods() map[string]transport.HostMethod {
 			if err != nil {
 				return nil, err
 			}
-			if err := b.serveSession(session); err != nil {
+			if err := b.serveSession(session, nil); err != nil {
 				return nil, err
 			}
 			return b.server.OpenSession(session), nil
@@ -422,22 +415,53 @@ func (b *Bus) HostMethods() map[string]transport.HostMethod {
 }
 
 // serveSession makes sure that the session's requests in the sessions
-// account are served, on a connection of their own.
-func (b *Bus) serveSession(session string) error {
+// account are served, on a connection of their own. replacing, when not
+// nil, is that connection which the server closed: it is replaced only
+// while it is still the session's (the session was not revoked
+// meanwhile). The connection is made without holding b.mu.
+func (b *Bus) serveSession(session string, replacing *nats.Conn) error {
+	due := func() bool { // b.mu is held
+		cur := b.served[session]
+		if replacing == nil {
+			return cur == nil
+		}
+		return cur != nil && cur.nc == replacing
+	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
+	closed, ok := b.closed, due()
+	b.mu.Unlock()
+	if closed {
 		return transport.ErrClosed
 	}
-	if b.served[session] != nil {
+	if !ok {
 		return nil
 	}
+	ss, err := b.dialSession(session)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	ok = !b.closed && due()
+	if ok {
+		b.served[session] = ss
+	}
+	b.mu.Unlock()
+	if !ok {
+		ss.nc.Close() // another made it first, or it was revoked
+	}
+	return nil
+}
+
+// dialSession connects and subscribes the broker's serving connection for
+// a session.
+func (b *Bus) dialSession(session string) (*servedSession, error) {
 	gated := inProcessFunc(func() (net.Conn, error) {
 		c, err := b.server.InProcessConn()
 		if err != nil {
 			return nil, err
 		}
-		return &gatedConn{Conn: c, wait: func() { b.fair.wait(session) }}, nil
+		g := &gatedConn{Conn: c, fair: b.fair, key: session}
+		return g, nil
 	})
 	nc, err := nats.Connect("", nats.InProcessServer(gated), nats.UserInfo(serveUser, b.server.servePass),
 		nats.NoReconnect(), nats.Name("a2a-bus broker: "+SubjectToken(session)),
@@ -450,19 +474,18 @@ func (b *Bus) serveSession(session string) error {
 			b.log.Warn("nats: asynchronous error", "session", session, "error", err)
 		}))
 	if err != nil {
-		return fmt.Errorf("natsbus: serve session: %w", err)
+		return nil, fmt.Errorf("natsbus: serve session: %w", err)
 	}
 	h := b.handler
-	sub, err := nc.Subscribe(RPCSubject(session), func(m *nats.Msg) { b.dispatch(h, m) })
+	sub, err := nc.Subscribe(RPCSubject(session), func(m *nats.Msg) { b.dispatch(h, m, true) })
 	if err == nil {
 		err = nc.Flush()
 	}
 	if err != nil {
 		nc.Close()
-		return fmt.Errorf("natsbus: serve session: %w", err)
+		return nil, fmt.Errorf("natsbus: serve session: %w", err)
 	}
-	b.served[session] = &servedSession{nc: nc, sub: sub}
-	return nil
+	return &servedSession{nc: nc, sub: sub}, nil
 }
 
 // inProcessFunc adapts a function to nats.InProcessConnProvider.
@@ -471,15 +494,24 @@ type inProcessFunc func() (net.Conn, error)
 func (f inProcessFunc) InProcessConn() (net.Conn, error) { return f() }
 
 // gatedConn is the broker's end of a session's connection: it reads only
-// while the session has room for more requests waiting (fairQueue.wait).
+// while the session has room for more requests waiting (fairQueue.wait),
+// or once it is closed.
 type gatedConn struct {
 	net.Conn
-	wait func()
+	fair   *fairQueue
+	key    string
+	closed atomic.Bool
 }
 
 func (c *gatedConn) Read(p []byte) (int, error) {
-	c.wait()
+	c.fair.wait(c.key, &c.closed)
 	return c.Conn.Read(p)
+}
+
+func (c *gatedConn) Close() error {
+	c.closed.Store(true)
+	c.fair.wake()
+	return c.Conn.Close()
 }
 
 // reserve replaces a session's serving connection that closed while the
@@ -487,16 +519,8 @@ func (c *gatedConn) Read(p []byte) (int, error) {
 // session flooded it). What it held is lost: that session's requests time
 // out.
 func (b *Bus) reserve(session string, closed *nats.Conn) {
-	b.mu.Lock()
-	ss := b.served[session]
-	if b.closed || ss == nil || ss.nc != closed {
-		b.mu.Unlock()
-		return // revoked, or the bus is closing
-	}
-	delete(b.served, session)
-	b.mu.Unlock()
 	b.log.Warn("the server closed a session's connection to the broker; serving it anew", "session", session)
-	if err := b.serveSession(session); err != nil {
+	if err := b.serveSession(session, closed); err != nil && !errors.Is(err, transport.ErrClosed) {
 		b.log.Error("serving a session anew failed", "session", session, "error", err)
 	}
 }
@@ -521,6 +545,7 @@ func (b *Bus) RevokeSession(_ context.Context, session string) error {
 	if ss != nil {
 		ss.nc.Close()
 	}
+	b.fair.forget(session)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package natsbus
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -56,6 +57,10 @@ type fairKey struct {
 	bytes   int
 	inTurn  bool
 	rate    *rate.Limiter
+	// busySince and busyAnswers count the A2A_BUSY answers of the
+	// current second.
+	busySince   time.Time
+	busyAnswers int
 }
 
 // fairJob is one request: run(true) serves it, run(false) answers it
@@ -82,16 +87,50 @@ func (q *fairQueue) full(k *fairKey) bool {
 	return k != nil && (len(k.waiting) >= q.lim.maxWait*3/4 || k.bytes >= q.lim.maxBytes*3/4)
 }
 
-// wait blocks while key's queue is (nearly) full, until the queue closes.
-// A reader that calls it before each read of a key's requests stops
-// reading while the key has enough waiting: what the key sends then waits
-// in the NATS server, whose buffer per connection fills and slows down
-// the key's own producers, and no one else's.
-func (q *fairQueue) wait(key string) {
+// wait blocks while key's queue is (nearly) full, until the queue closes
+// or stop is set (and wake called). A reader that calls it before each
+// read of a key's requests stops reading while the key has enough
+// waiting: what the key sends then waits in the NATS server, whose buffer
+// per connection fills and slows down the key's own producers, and no
+// one else's.
+func (q *fairQueue) wait(key string, stop *atomic.Bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for !q.closed && q.full(q.keys[key]) {
+	for !q.closed && !stop.Load() && q.full(q.keys[key]) {
 		q.roomy.Wait()
+	}
+}
+
+// wake wakes the readers blocked in wait, to look at their stop again.
+func (q *fairQueue) wake() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.roomy.Broadcast()
+}
+
+// busyAnswer reports whether one more A2A_BUSY answer to key fits this
+// second's budget (perSecond); past it, the overflow goes unanswered.
+func (q *fairQueue) busyAnswer(key string, perSecond int, now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.keys[key]
+	if k == nil {
+		return true
+	}
+	if now.Sub(k.busySince) >= time.Second {
+		k.busySince, k.busyAnswers = now, 0
+	}
+	k.busyAnswers++
+	return k.busyAnswers <= perSecond
+}
+
+// forget drops what the queue remembers of an idle key (its rate): a
+// session that is closed.
+func (q *fairQueue) forget(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if k := q.keys[key]; k != nil && k.running == 0 && len(k.waiting) == 0 {
+		delete(q.keys, key)
 	}
 }
 
@@ -113,7 +152,7 @@ func (q *fairQueue) submit(key string, size int, run func(serve bool)) error {
 		q.keys[key] = k
 	}
 	job := fairJob{run: run, size: size}
-	if len(k.waiting) == 0 && q.mayStart(k) && k.rate.Allow() {
+	if len(k.waiting) == 0 && q.mayStart(k) && k.rate.AllowN(time.Now(), 1) {
 		q.start(k, job)
 		return nil
 	}
@@ -167,8 +206,11 @@ func (q *fairQueue) done(k *fairKey) {
 	k.running--
 	q.enter(k)
 	q.pump()
-	if k.running == 0 && len(k.waiting) == 0 {
-		delete(q.keys, k.key) // a key that comes back starts afresh
+	// An idle key goes once its rate has nothing to remember: a key that
+	// comes back then starts afresh, and one that idles between bursts
+	// does not get a new burst each time.
+	if k.running == 0 && len(k.waiting) == 0 && k.rate.TokensAt(time.Now()) >= float64(k.rate.Burst()) {
+		delete(q.keys, k.key)
 	}
 }
 
@@ -195,12 +237,10 @@ func (q *fairQueue) pump() {
 			if len(k.waiting) == 0 || k.running >= q.lim.perKey {
 				continue
 			}
-			if !k.rate.Allow() {
-				r := k.rate.Reserve()
-				if d := r.Delay(); soonest == 0 || d < soonest {
+			if now := time.Now(); !k.rate.AllowN(now, 1) {
+				if d := untilToken(k.rate, now); soonest == 0 || d < soonest {
 					soonest = d
 				}
-				r.Cancel()
 				q.enter(k) // it keeps its place
 				continue
 			}
@@ -222,6 +262,13 @@ func (q *fairQueue) pump() {
 			q.pump()
 		})
 	}
+}
+
+// untilToken is how long until lim has a token, as seen at now; at least
+// a millisecond, so that a key held back always has a timer to come back.
+func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
+	missing := 1 - lim.TokensAt(now)
+	return max(time.Duration(missing/float64(lim.Limit())*float64(time.Second)), time.Millisecond)
 }
 
 // close stops starting requests, answers those still waiting unserved,

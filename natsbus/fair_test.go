@@ -2,6 +2,7 @@ package natsbus
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,9 +172,10 @@ func TestFairQueue_WaitBlocksWhileAKeyIsFull(t *testing.T) {
 	for range 4 { // one runs, three wait: full (3/4 of 4)
 		require.NoError(t, q.submit("a", 1, g.job("a")))
 	}
+	var stop atomic.Bool
 	waited := make(chan struct{})
-	go func() { q.wait("a"); close(waited) }()
-	q.wait("b") // another key's reader is not held
+	go func() { q.wait("a", &stop); close(waited) }()
+	q.wait("b", &stop) // another key's reader is not held
 	select {
 	case <-waited:
 		t.Fatal("the full key's reader was not held")
@@ -182,4 +184,60 @@ func TestFairQueue_WaitBlocksWhileAKeyIsFull(t *testing.T) {
 	close(g.release)
 	<-waited
 	q.close()
+}
+
+func TestFairQueue_WaitEndsWhenItsReaderStops(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 1, perKey: 1, maxWait: 4, maxBytes: 1 << 20, rate: rate.Inf})
+	g := newGate()
+	for range 4 {
+		require.NoError(t, q.submit("a", 1, g.job("a")))
+	}
+	var stop atomic.Bool
+	waited := make(chan struct{})
+	go func() { q.wait("a", &stop); close(waited) }()
+	stop.Store(true)
+	q.wake()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a closed reader stays held")
+	}
+	close(g.release)
+	q.close()
+}
+
+// TestFairQueue_IdlingDoesNotRefillTheBurst: a session that sends a
+// burst, waits for it, and sends another gets no fresh burst each time:
+// its rate holds.
+func TestFairQueue_IdlingDoesNotRefillTheBurst(t *testing.T) {
+	const perSecond, burst = 2000, 200
+	q := newFairQueue(fairLimits{total: 1024, perKey: 16, maxWait: 1024, maxBytes: 1 << 30, rate: perSecond, burst: burst})
+	defer q.close()
+	var served atomic.Int64
+	start := time.Now()
+	for time.Since(start) < 500*time.Millisecond {
+		var wg sync.WaitGroup
+		wg.Add(burst)
+		for range burst {
+			require.NoError(t, q.submit("s", 1, func(bool) { served.Add(1); wg.Done() }))
+		}
+		wg.Wait()
+	}
+	elapsed := time.Since(start)
+	limit := float64(burst) + perSecond*elapsed.Seconds()
+	assert.LessOrEqual(t, float64(served.Load()), 1.1*limit, "served %d in %v", served.Load(), elapsed)
+}
+
+// TestFairQueue_AHeldBackKeyAlwaysComesBack: a key held back by its rate
+// has a timer to start it again, however the tokens fall; none is left
+// waiting with nothing running.
+func TestFairQueue_AHeldBackKeyAlwaysComesBack(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 1024, perKey: 1, maxWait: 1024, maxBytes: 1 << 30, rate: rate.Limit(1e5), burst: 1})
+	defer q.close()
+	var done atomic.Int64
+	const n = 1000
+	for range n {
+		require.NoError(t, q.submit("s", 1, func(bool) { done.Add(1) }))
+	}
+	require.Eventually(t, func() bool { return done.Load() == n }, 5*time.Second, time.Millisecond, "stranded after %d", done.Load())
 }
