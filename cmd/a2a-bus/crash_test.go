@@ -211,8 +211,8 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // corrupt file and a file of a newer schema each stop serve with one line
 // naming the problem, and the file is left as it was.
 func TestDataDirProblemsStopTheStart(t *testing.T) {
-	serve := func(t *testing.T, dir string) (string, int) {
-		cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", dir)
+	serve := func(t *testing.T, dir string, flags ...string) (string, int) {
+		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--bus=pipe", "--data-dir", dir}, flags...)...)
 		cmd.Env = testEnv(t)
 		cmd.Stdin = strings.NewReader("")
 		out, err := cmd.CombinedOutput()
@@ -244,5 +244,18 @@ func TestDataDirProblemsStopTheStart(t *testing.T) {
 	t.Run("an empty data dir starts fresh", func(t *testing.T) {
 		out, code := serve(t, t.TempDir())
 		assert.Equal(t, 0, code, out)
+	})
+	t.Run("a zero-length data file stops the start unless the loss is accepted", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "tasks.db")
+		require.NoError(t, os.WriteFile(path, nil, 0o600))
+		out, code := serve(t, dir)
+		assert.Equal(t, 1, code)
+		assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line: %s", out)
+		assert.Contains(t, out, path)
+		assert.Contains(t, out, "--accept-data-loss")
+		out, code = serve(t, dir, "--accept-data-loss")
+		assert.Equal(t, 0, code, out)
+		assert.Contains(t, out, "may have lost acknowledged changes")
 	})
 }

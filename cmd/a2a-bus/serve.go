@@ -41,6 +41,7 @@ type serveOptions struct {
 	replayWindow       int
 	orphanTimeout      time.Duration
 	logLevel           string
+	acceptDataLoss     bool
 	config             string
 	printConfig        bool
 	// origins says where each setting came from: an A2A_BUS_* variable
@@ -67,6 +68,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
 	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long open tasks wait for their members (0 disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.acceptDataLoss, "accept-data-loss", false, "start even when the data file cannot show that it holds every acknowledged change (it is empty, or its newest commit record is damaged)")
 	fs.StringVar(&o.config, "config", "", "a JSON file of settings: keys are these flag names without dashes; A2A_BUS_* variables win over it, flags over both")
 	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective settings as a --config file would hold them, and exit")
 	fs.Usage = func() {
@@ -252,7 +254,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		return err
 	}
 	defer claim.Release()
-	st, err := openStore(o.dataDir, log)
+	st, err := openStore(o.dataDir, o.acceptDataLoss, log)
 	if err != nil {
 		return err
 	}
@@ -323,7 +325,7 @@ func (g *gateWriter) open() {
 }
 
 func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
-	st, err := openStore(o.dataDir, log)
+	st, err := openStore(o.dataDir, o.acceptDataLoss, log)
 	if err != nil {
 		return err
 	}
@@ -366,12 +368,14 @@ func defaultDataDir() string {
 }
 
 // openStore opens the durable store in dir, or a memory store for "".
-func openStore(dir string, log *slog.Logger) (store.Store, error) {
+func openStore(dir string, acceptDataLoss bool, log *slog.Logger) (store.Store, error) {
 	if dir == "" {
 		log.Info("tasks are kept in memory only (--data-dir \"\")")
 		return store.NewMemory(), nil
 	}
-	st, err := boltstore.Open(dir, boltstore.Options{})
+	st, err := boltstore.Open(dir, boltstore.Options{AcceptDataLoss: acceptDataLoss, OnDataLoss: func(problem string) {
+		log.Warn("the data file may have lost acknowledged changes; starting anyway (--accept-data-loss)", "dataDir", dir, "problem", problem)
+	}})
 	if err != nil {
 		return nil, err
 	}

@@ -42,6 +42,10 @@ var (
 	ErrNewerSchema = errors.New("boltstore: the data file is from a newer version")
 	// ErrCorrupt: the file is damaged.
 	ErrCorrupt = errors.New("boltstore: the data file is corrupt")
+	// ErrDataLoss: the file cannot show that it holds every acknowledged
+	// change (it is empty, or a commit record is damaged), and
+	// Options.AcceptDataLoss is not set.
+	ErrDataLoss = errors.New("boltstore: the data file may have lost acknowledged changes")
 )
 
 // Buckets. Keys of the index buckets end with the task id.
@@ -66,6 +70,11 @@ type Options struct {
 	LockTimeout time.Duration
 	// MaxBatch bounds the changes that share one commit. 0 means 1000.
 	MaxBatch int
+	// AcceptDataLoss opens a file that cannot show that it holds every
+	// acknowledged change, with what it holds; OnDataLoss hears why. By
+	// default Open refuses such a file (ErrDataLoss).
+	AcceptDataLoss bool
+	OnDataLoss     func(problem string)
 }
 
 // Store is the durable store. It implements store.Store.
@@ -108,6 +117,20 @@ func Open(dir string, opts Options) (s *Store, err error) {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
+	problem, err := dataProblem(path)
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: %w", err)
+	}
+	if problem != "" {
+		if !opts.AcceptDataLoss {
+			return nil, errDataLoss(path, problem)
+		}
+		// bbolt makes an empty file a new store, and opens one with a
+		// damaged meta page at the other.
+		if opts.OnDataLoss != nil {
+			opts.OnDataLoss(problem)
+		}
+	}
 	// A damaged file can make bbolt panic, or fault on the mapped file,
 	// rather than fail: both become an error here.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))

@@ -2,6 +2,7 @@ package boltstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -289,4 +290,62 @@ func BenchmarkCreate(b *testing.B) {
 			storetest.BenchmarkCreate(b, func(*testing.B) store.Store { return store.NewMemory() }, senders)
 		})
 	}
+}
+
+func TestAnEmptyFileIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	path := filepath.Join(dir, boltstore.FileName)
+	require.NoError(t, os.Truncate(path, 0))
+	_, err := boltstore.Open(dir, boltstore.Options{})
+	require.ErrorIs(t, err, boltstore.ErrDataLoss)
+	assert.Contains(t, err.Error(), path)
+	assert.Contains(t, err.Error(), "--accept-data-loss")
+	// Asked to, it starts with what the file holds: nothing.
+	var heard string
+	s, err = boltstore.Open(dir, boltstore.Options{AcceptDataLoss: true, OnDataLoss: func(p string) { heard = p }})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Contains(t, heard, "empty")
+	_, err = s.Get(context.Background(), "t1")
+	assert.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// TestADamagedNewestCommitRecordIsRefused damages the meta page of the
+// last commit, after it was acknowledged: bbolt alone would open the file
+// at the commit before and lose the change without a word.
+func TestADamagedNewestCommitRecordIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t2", "c", "a", "b", 1), 0))
+	require.NoError(t, s.Close())
+	path := filepath.Join(dir, boltstore.FileName)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	txid := func(off int64) uint64 {
+		b := make([]byte, 8)
+		_, err := f.ReadAt(b, off+16+48)
+		require.NoError(t, err)
+		return binary.LittleEndian.Uint64(b)
+	}
+	newest := int64(0)
+	if txid(4096) > txid(0) {
+		newest = 4096
+	}
+	_, err = f.WriteAt([]byte{0xff}, newest+16+30) // inside the root bucket's page id
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	_, err = boltstore.Open(dir, boltstore.Options{})
+	require.ErrorIs(t, err, boltstore.ErrDataLoss)
+	assert.Contains(t, err.Error(), "commit record")
+	// What bbolt would have done: the last acknowledged change is gone.
+	s, err = boltstore.Open(dir, boltstore.Options{AcceptDataLoss: true})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Get(context.Background(), "t2")
+	assert.ErrorIs(t, err, store.ErrNotFound, "the older commit record does not have t2")
 }
