@@ -78,9 +78,15 @@ type Config struct {
 	// bound. 0 means DefaultSessionRate, with bursts of
 	// DefaultSessionBurst; negative lifts the bound.
 	SessionRate float64
+	// CloseGrace is how long Close lets the requests being served finish
+	// before it cancels them. 0 means DefaultCloseGrace.
+	CloseGrace time.Duration
 	// Logger receives the bus's logs. nil means slog.Default().
 	Logger *slog.Logger
 }
+
+// DefaultCloseGrace is Close's wait for the requests being served.
+const DefaultCloseGrace = 5 * time.Second
 
 // Bus is the broker side over NATS. It implements transport.Bus and
 // transport.HostMethodProvider (a2a.sessions.* when it embeds the server).
@@ -136,6 +142,9 @@ func New(cfg Config) (*Bus, error) {
 	}
 	if cfg.MaxWaitingPerSession <= 0 {
 		cfg.MaxWaitingPerSession = DefaultMaxWaitingPerSession
+	}
+	if cfg.CloseGrace <= 0 {
+		cfg.CloseGrace = DefaultCloseGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -588,9 +597,12 @@ func (b *Bus) Connect(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
-// Close implements transport.Bus: it stops taking requests, cancels and
-// waits for running handlers, closes the in-process clients and the
-// broker's connection, then shuts the embedded server down. Idempotent.
+// Close implements transport.Bus: it stops taking requests, answers those
+// waiting that they were not served, lets the running ones finish for up
+// to CloseGrace before it cancels them, sends every answer on its way,
+// closes the in-process clients and the broker's connections, and lets
+// the embedded server deliver what it holds for its clients (for up to a
+// second) before it shuts down. Idempotent.
 func (b *Bus) Close() error {
 	b.closeOnce.Do(func() {
 		b.mu.Lock()
@@ -607,17 +619,34 @@ func (b *Bus) Close() error {
 		for _, ss := range served {
 			_ = ss.sub.Unsubscribe()
 		}
-		b.cancel()
+		// What runs may finish, for a while: a clean shutdown answers it
+		// with its result. Then it is cut short (-32603, shutting down).
+		finished := make(chan struct{})
+		var grace sync.WaitGroup
+		grace.Go(func() {
+			select {
+			case <-finished:
+			case <-time.After(b.cfg.CloseGrace):
+			}
+			b.cancel()
+		})
 		b.fair.close() // answers what waits, waits for what runs
+		close(finished)
+		grace.Wait()
+		// The answers leave the broker's connections, then the server
+		// hands them to their clients before it shuts down.
 		for _, ss := range served {
+			_ = ss.nc.FlushTimeout(flushTimeout)
 			ss.nc.Close()
 		}
 		b.reserving.Wait()
+		_ = b.nc.FlushTimeout(flushTimeout)
 		for c := range clients {
 			c.Close()
 		}
 		b.nc.Close()
 		if b.server != nil {
+			b.server.drain(time.Second)
 			b.server.Close()
 		}
 	})

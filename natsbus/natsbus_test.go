@@ -30,13 +30,15 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 const (
 	testBuffer = 64
 	testLimit  = 8192
+	// testGrace keeps Close quick where a handler never returns by itself.
+	testGrace = 50 * time.Millisecond
 )
 
 var features = bustest.Features{BoundSessions: true, HostScope: transport.ScopeHost, Buffer: testBuffer, MaxMessageBytes: testLimit}
 
 func newBus(t *testing.T) *natsbus.Bus {
 	t.Helper()
-	b, err := natsbus.New(natsbus.Config{MaxMessageBytes: testLimit, Logger: quiet()})
+	b, err := natsbus.New(natsbus.Config{MaxMessageBytes: testLimit, CloseGrace: testGrace, Logger: quiet()})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	return b
@@ -94,7 +96,7 @@ func TestConformanceExternalServer(t *testing.T) {
 	bustest.Run(t, features, func(t *testing.T) bustest.Harness {
 		url, token := externalServer(t)
 		withToken := strings.Replace(url, "nats://", fmt.Sprintf("nats://%s@", token), 1)
-		b, err := natsbus.New(natsbus.Config{URL: withToken, MaxMessageBytes: testLimit, Logger: quiet()})
+		b, err := natsbus.New(natsbus.Config{URL: withToken, MaxMessageBytes: testLimit, CloseGrace: testGrace, Logger: quiet()})
 		require.NoError(t, err)
 		t.Cleanup(func() { b.Close() })
 		c, err := natsbus.Dial(natsbus.ClientConfig{URL: url, Token: token, Buffer: testBuffer, MaxMessageBytes: testLimit, Logger: quiet()})

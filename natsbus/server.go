@@ -483,6 +483,20 @@ func (s *Server) CloseSession(session string) {
 	}
 }
 
+// drain waits, for up to timeout, until the server has written to its
+// clients everything it holds for them: the last answers of a broker that
+// shuts down reach their callers.
+func (s *Server) drain(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		cz, err := s.ns.Connz(&server.ConnzOptions{Sort: server.ByPending, Limit: 1})
+		if err != nil || len(cz.Conns) == 0 || cz.Conns[0].Pending == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Close shuts the server down and waits for it. Close clients first.
 // Idempotent.
 func (s *Server) Close() error {

@@ -114,8 +114,10 @@ type Bus interface {
 	// error. After Close, Publish returns ErrClosed.
 	Publish(session string, msg []byte) error
 
-	// Close stops the bus: it cancels the context of running handler
-	// calls and waits for them to return, fails calls still pending on
+	// Close stops the bus: it stops taking requests, cancels the context
+	// of running handler calls (a bus may first let them finish for a
+	// grace period of its choosing, so that a clean shutdown answers them)
+	// and waits for them to return, fails calls still pending on
 	// in-process sessions with ErrClosed, and ends every subscription of
 	// in-process sessions (their channels close). Calls pending at other
 	// clients fail too: with ErrUnavailable when their link to the bus

@@ -16,11 +16,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ignoreBrokenPipes()
+	ctx, stop := signal.NotifyContext(context.Background(), shutdownSignals...)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -41,6 +41,7 @@ type serveOptions struct {
 	replayWindow       int
 	orphanTimeout      time.Duration
 	logLevel           string
+	exitWithParent     bool
 	acceptDataLoss     bool
 	config             string
 	printConfig        bool
@@ -68,14 +69,16 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
 	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long open tasks wait for their members (0 disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "shut down cleanly when the process that started serve goes away (a sidecar dies with its host)")
 	fs.BoolVar(&o.acceptDataLoss, "accept-data-loss", false, "start even when the data file cannot show that it holds every acknowledged change (it is empty, or its newest commit record is damaged)")
 	fs.StringVar(&o.config, "config", "", "a JSON file of settings: keys are these flag names without dashes; A2A_BUS_* variables win over it, flags over both")
 	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective settings as a --config file would hold them, and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: a2a-bus serve [flags]
 
-Runs the broker until SIGINT or SIGTERM (or, with --bus=pipe, the end of
-its stdin), then exits 0. Logs go to stderr.
+Runs the broker until SIGINT, SIGTERM or SIGHUP, until the process that
+started it goes away (--exit-with-parent), or, with --bus=pipe, until the
+end of its stdin; then exits 0. Logs go to stderr.
 
 With NATS (the default) the broker embeds a NATS server on 127.0.0.1,
 writes a connection file ({"url", "token", "pid"}, mode 0600) and prints
@@ -140,6 +143,11 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	log, err := newLogger(logOut, o.logLevel)
 	if err != nil {
 		return report(stderr, "serve", err)
+	}
+	if o.exitWithParent {
+		var stop func()
+		ctx, stop = watchParent(ctx)
+		defer stop()
 	}
 	if err := serve(ctx, o, log, gate); err != nil {
 		gate.open()
@@ -286,7 +294,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	gate.open()
 	log.Info("serving on NATS", "url", bus.URL(), "connectionFile", path, "embedded", bus.Server() != nil)
 	<-ctx.Done()
-	log.Info("signal received: shutting down")
+	log.Info("shutting down", "why", why(ctx))
 	bus.Close()
 	b.Close()
 	if err := claim.Release(); err != nil {
@@ -294,6 +302,17 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// errParentGone ends serve when its parent process has gone.
+var errParentGone = errors.New("the parent process is gone (--exit-with-parent)")
+
+// why says what ended ctx: the parent's death, else a signal.
+func why(ctx context.Context) string {
+	if cause := context.Cause(ctx); errors.Is(cause, errParentGone) {
+		return cause.Error()
+	}
+	return "a signal"
 }
 
 // gateWriter holds what is written until it opens.
@@ -340,7 +359,7 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	log.Info("serving on the pipe", "maxMessageBytes", o.maxMessageBytes)
 	select {
 	case <-ctx.Done():
-		log.Info("signal received: shutting down")
+		log.Info("shutting down", "why", why(ctx))
 	case <-bus.Done():
 	}
 	bus.Close()

@@ -1,0 +1,220 @@
+package main_test
+
+// The sidecar's life against the built binary: what kills it, what does
+// not, and what it answers on its way out.
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/internal/testbin"
+	"github.com/a2a-bus/a2a-bus/natsbus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// TestServeOutlivesItsStderrReader: the host that read the broker's
+// stderr crashed. The broker's next log line must not kill it (SIGPIPE):
+// it goes on serving, and SIGTERM is still a clean exit that removes the
+// connection file.
+func TestServeOutlivesItsStderrReader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "conn.json")
+	cmd := exec.Command(testbin.A2ABus(t), "serve", "--connection-file", path, "--data-dir", "", "--log-level", "debug")
+	cmd.Env = testEnv(t)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	exited := false
+	t.Cleanup(func() {
+		if !exited {
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	_, err = bufio.NewReader(stderr).ReadString('\n')
+	require.NoError(t, err)
+	require.NoError(t, stderr.Close()) // the reader is gone
+
+	conn := readConnection(t, path)
+	host, err := nats.Connect(conn.URL, nats.Token(conn.Token))
+	require.NoError(t, err)
+	defer host.Close()
+	for range 3 { // debug logs a line per request: each is a write to a broken pipe
+		body, _ := wire.EncodeRequest(1, wire.MethodAdminInfo, nil)
+		_, err = host.Request(natsbus.HostRPC, body, 5*time.Second)
+		require.NoError(t, err, "still serving")
+	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		exited = true
+		require.NoError(t, err, "a clean exit, not a death by SIGPIPE")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the broker did not exit")
+	}
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the connection file is removed")
+}
+
+func TestServeSIGHUPIsACleanShutdown(t *testing.T) {
+	b := startServe(t)
+	require.NoError(t, b.stop(t, syscall.SIGHUP), "exit status 0")
+	_, err := os.Stat(b.path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "the connection file is removed")
+}
+
+// TestServeExitsWithItsParent: a sidecar whose host died has no one to
+// talk to: it shuts down cleanly (--exit-with-parent, the default).
+func TestServeExitsWithItsParent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "conn.json")
+	// The parent: a shell that starts serve, says its pid, and waits for
+	// its stdin to close.
+	parent := exec.Command("sh", "-c", `"$0" serve --connection-file "$1" --data-dir "" & echo $!; read x || true`, testbin.A2ABus(t), path)
+	parent.Env = testEnv(t)
+	stdin, err := parent.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := parent.StdoutPipe()
+	require.NoError(t, err)
+	stderr, err := parent.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, parent.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	first, err := bufio.NewReader(stderr).ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, path, strings.TrimSpace(first), "serving")
+
+	require.NoError(t, stdin.Close()) // the host goes
+	require.NoError(t, parent.Wait())
+	require.Eventually(t, func() bool { return !running(pid) }, 10*time.Second, 50*time.Millisecond, "serve outlived its parent")
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "a clean shutdown: the connection file is removed")
+}
+
+// running reports whether pid is a live process (not gone, not a zombie
+// waiting for a parent that does not reap).
+func running(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	return len(fields) > 0 && fields[0] != "Z" && fields[0] != "X"
+}
+
+// TestServeAnswersWhatItTookAtSIGTERM: under load, SIGTERM. Every request
+// sent before the signal gets an answer (its result, or -32603 "shutting
+// down"), or was never taken (no responders): none is left to a closed
+// connection or a timeout.
+func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
+	b := startServe(t, "--data-dir", t.TempDir())
+	var signalled time.Time
+	type outcome struct {
+		at  time.Time
+		err error
+	}
+	var mu sync.Mutex
+	var outcomes []outcome
+	var wg sync.WaitGroup
+	for w := range 8 {
+		session := fmt.Sprint("load-", w)
+		nc, err := nats.Connect(b.conn.URL, nats.Token(b.conn.Token), nats.CustomInboxPrefix(natsbus.SessionInbox(session)))
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		call := func(method string, params any) ([]byte, error) {
+			body, _ := wire.EncodeRequest(1, method, params)
+			start := time.Now()
+			msg, err := nc.Request(natsbus.RPCSubject(session), body, 10*time.Second)
+			var res []byte
+			if err == nil {
+				res, err = wire.ResultOf(msg.Data)
+			}
+			mu.Lock()
+			outcomes = append(outcomes, outcome{start, err})
+			mu.Unlock()
+			return res, err
+		}
+		reg := func(name string) string {
+			res, err := call(wire.MethodRegister, wire.RegisterParams{ContextID: session, Card: &wire.AgentCard{Name: name}})
+			require.NoError(t, err)
+			return stringField(t, res, "token")
+		}
+		asker, worker := reg(session+"-asker"), reg(session+"-worker")
+		wg.Go(func() {
+			for {
+				res, err := call(wire.MethodSend, wire.SendParams{Token: asker, To: session + "-worker", Message: &wire.Message{Parts: []wire.Part{wire.TextPart("go")}}})
+				if err != nil {
+					return
+				}
+				var r wire.TaskResult
+				if json.Unmarshal(res, &r) != nil || r.Task == nil {
+					return
+				}
+				if _, err := call(wire.MethodUpdateTask, wire.UpdateParams{Token: worker, TaskID: r.Task.ID, State: wire.StateCompleted}); err != nil {
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond) // load under way
+	mu.Lock()
+	signalled = time.Now()
+	mu.Unlock()
+	require.NoError(t, b.stop(t, syscall.SIGTERM))
+	wg.Wait()
+	answered, shuttingDown, notTaken := 0, 0, 0
+	for _, o := range outcomes {
+		if !o.at.Before(signalled) {
+			continue
+		}
+		var we *wire.Error
+		switch {
+		case o.err == nil:
+			answered++
+		case errors.As(o.err, &we) && errors.Is(o.err, wire.ErrInternal) && strings.Contains(we.Message, "shutting down"):
+			shuttingDown++
+		case errors.Is(o.err, nats.ErrNoResponders):
+			notTaken++
+		default:
+			t.Errorf("a request sent before SIGTERM got %v", o.err)
+		}
+	}
+	t.Logf("before SIGTERM: %d answered, %d answered 'shutting down', %d not taken", answered, shuttingDown, notTaken)
+	assert.Greater(t, answered, 100)
+}
+
+func readConnection(t *testing.T, path string) connection {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var c connection
+	require.NoError(t, json.Unmarshal(data, &c))
+	return c
+}
+
+func stringField(t *testing.T, raw []byte, name string) string {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(raw, &m))
+	s, _ := m[name].(string)
+	return s
+}

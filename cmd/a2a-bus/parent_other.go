@@ -1,0 +1,11 @@
+//go:build !unix
+
+package main
+
+import "context"
+
+// watchParent does not watch yet where there is no parent pid to poll:
+// the context ends with ctx only.
+func watchParent(ctx context.Context) (context.Context, func()) {
+	return context.WithCancel(ctx)
+}
