@@ -116,10 +116,11 @@ func (h *Host) store() error {
 
 // Host is a host's connection to the broker.
 type Host struct {
-	cfg     Config
-	client  transport.Client
-	desc    string
-	closers []func() error // in reverse order of creation
+	cfg      Config
+	client   transport.Client
+	rejoiner *rejoiner // for a broker in another process
+	desc     string
+	closers  []func() error // in reverse order of creation
 }
 
 // Open connects to the broker, starting it first when it is to run in
@@ -142,12 +143,12 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	switch cfg.Bus {
 	case NATS:
 		if cfg.ConnectionFile != "" {
-			err = h.dialNATS(cfg.ConnectionFile)
+			err = h.dialNATS(ctx, cfg.ConnectionFile)
 		} else {
 			err = h.embedNATS()
 		}
 	case Pipe:
-		err = h.startPipe()
+		err = h.startPipe(ctx)
 	case Fake:
 		err = h.fake()
 	default:
@@ -184,38 +185,55 @@ func (h *Host) embedNATS() error {
 	return nil
 }
 
-func (h *Host) dialNATS(path string) error {
-	info, err := connfile.Read(path)
-	if err != nil {
-		return fmt.Errorf("host: %w", err)
-	}
-	if info.Token == "" {
-		return fmt.Errorf("host: %s holds no token (the broker uses an external NATS server; connect with natsbus.Dial)", path)
-	}
-	c, err := natsbus.Dial(natsbus.ClientConfig{URL: info.URL, Token: info.Token, Logger: h.cfg.Logger})
-	if err != nil {
-		return err
-	}
-	h.closers = append(h.closers, c.Close)
-	h.client = c
-	h.desc = "nats (broker pid " + fmt.Sprint(info.PID) + " at " + info.URL + ")"
-	return nil
+// dialNATS joins the running broker that wrote the connection file, and
+// rejoins whichever broker writes it next when that one is gone: a
+// desktop host restarts a crashed sidecar on the same data dir, and its
+// sessions and delegates go on.
+func (h *Host) dialNATS(ctx context.Context, path string) error {
+	return h.rejoin(ctx, func(context.Context) (*link, error) {
+		info, err := connfile.Read(path)
+		if err != nil {
+			return nil, fmt.Errorf("host: %w", err)
+		}
+		if info.Token == "" {
+			return nil, fmt.Errorf("host: %s holds no token (the broker uses an external NATS server; connect with natsbus.Dial)", path)
+		}
+		c, err := natsbus.Dial(natsbus.ClientConfig{URL: info.URL, Token: info.Token, NoReconnect: true, Logger: h.cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return &link{client: c, gone: c.Gone(), pid: info.PID,
+			desc: "nats (broker pid " + fmt.Sprint(info.PID) + " at " + info.URL + ")"}, nil
+	})
 }
 
-func (h *Host) startPipe() error {
+// startPipe starts the broker as a child on a pipe, and supervises it: a
+// child that dies is started again, with backoff, on the same data dir.
+func (h *Host) startPipe(ctx context.Context) error {
 	argv := h.cfg.BrokerCommand
 	if len(argv) == 0 {
 		argv = []string{"a2a-bus", "serve", "--bus=pipe", "--data-dir=" + h.cfg.DataDir}
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Stderr = os.Stderr
-	child, err := pipebus.Start(cmd, pipebus.ClientConfig{MaxMessageBytes: h.cfg.Broker.MaxMessageBytes, Logger: h.cfg.Logger})
+	return h.rejoin(ctx, func(context.Context) (*link, error) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stderr = os.Stderr
+		child, err := pipebus.Start(cmd, pipebus.ClientConfig{MaxMessageBytes: h.cfg.Broker.MaxMessageBytes, Logger: h.cfg.Logger})
+		if err != nil {
+			return nil, err
+		}
+		return &link{client: child, gone: child.Done(), pid: child.Pid(),
+			desc: fmt.Sprintf("pipe (broker child pid %d: %s)", child.Pid(), strings.Join(argv, " "))}, nil
+	})
+}
+
+// rejoin connects through dial, and keeps connected.
+func (h *Host) rejoin(ctx context.Context, dial dialer) error {
+	r, err := newRejoiner(ctx, dial, h.cfg.Logger)
 	if err != nil {
 		return err
 	}
-	h.closers = append(h.closers, child.Close)
-	h.client = child
-	h.desc = fmt.Sprintf("pipe (broker child pid %d: %s)", child.Pid(), strings.Join(argv, " "))
+	h.closers = append(h.closers, r.Close)
+	h.client, h.rejoiner = r, r
 	return nil
 }
 
@@ -236,7 +254,32 @@ func (h *Host) fake() error {
 }
 
 // Describe says which bus the host uses and where the broker runs.
-func (h *Host) Describe() string { return h.desc }
+func (h *Host) Describe() string {
+	if h.rejoiner != nil {
+		return h.rejoiner.describe()
+	}
+	return h.desc
+}
+
+// BrokerPID returns the process id of the broker the host talks to now:
+// this process for a broker in it, the child on the pipe, the sidecar
+// that wrote the connection file; 0 while the host is rejoining a broker
+// that is gone.
+func (h *Host) BrokerPID() int {
+	if h.rejoiner != nil {
+		return h.rejoiner.pid()
+	}
+	return os.Getpid()
+}
+
+// Rejoins counts how often the host lost its broker (in another process)
+// and joined it again.
+func (h *Host) Rejoins() int {
+	if h.rejoiner != nil {
+		return h.rejoiner.rejoins()
+	}
+	return 0
+}
 
 // Client returns the session side of the bus, for hosts that want it
 // without a runtime.

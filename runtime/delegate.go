@@ -173,27 +173,30 @@ func (d *Delegate) heard(t *wire.Task) {
 
 // do runs one call with the delegate's token. A token the broker no
 // longer knows means that the broker restarted (it keeps no
-// registrations): the delegate registers again by instance id and the
-// call is tried once more.
+// registrations): the delegate registers again by instance id, unless
+// someone did meanwhile (the runtime does, when it sees the new epoch),
+// and the call is tried again, a few times at most.
 func (d *Delegate) do(ctx context.Context, call func(token string) error) error {
-	token, err := d.credentials()
-	if err != nil {
-		return err
-	}
-	err = call(token)
-	if !errors.Is(err, wire.ErrUnauthorized) {
-		return err
-	}
-	if rerr := d.register(ctx); rerr != nil {
-		if errors.Is(rerr, ErrSettled) {
-			return ErrSettled
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		token, err := d.credentials()
+		if err != nil {
+			return err
 		}
-		return err
+		err = call(token)
+		if !errors.Is(err, wire.ErrUnauthorized) || attempt == attempts {
+			return err
+		}
+		if now, _ := d.credentials(); now != token {
+			continue // registered again meanwhile: try the new token
+		}
+		if rerr := d.register(ctx); rerr != nil {
+			if errors.Is(rerr, ErrSettled) {
+				return ErrSettled
+			}
+			return err
+		}
 	}
-	if token, err = d.credentials(); err != nil {
-		return err
-	}
-	return call(token)
 }
 
 func (d *Delegate) taskCall(ctx context.Context, method string, params map[string]any) (*wire.Task, error) {

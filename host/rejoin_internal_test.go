@@ -1,0 +1,121 @@
+package host
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+)
+
+// fakeBroker is a link's broker in memory: a fake bus answering every
+// call with which broker it is.
+type fakeBroker struct {
+	bus  *fakebus.Bus
+	gone chan struct{}
+}
+
+func newFakeBroker(t *testing.T, name string) *fakeBroker {
+	b := &fakeBroker{bus: fakebus.New(fakebus.Config{}), gone: make(chan struct{})}
+	require.NoError(t, b.bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte {
+		return []byte(`{"jsonrpc":"2.0","id":1,"result":"` + name + `"}`)
+	})))
+	t.Cleanup(func() { b.bus.Close() })
+	return b
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func TestRejoinerCallsWaitForTheNextBroker(t *testing.T) {
+	first := newFakeBroker(t, "first")
+	var firstUp atomic.Bool
+	firstUp.Store(true)
+	var next atomic.Pointer[fakeBroker]
+	r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
+		if b := next.Load(); b != nil {
+			return &link{client: b.bus, gone: b.gone, desc: "next"}, nil
+		}
+		if firstUp.Load() {
+			return &link{client: first.bus, gone: first.gone, desc: "first"}, nil
+		}
+		return nil, errors.New("no broker yet")
+	}, quietLog())
+	require.NoError(t, err)
+	defer r.Close()
+	sess, err := r.Session(context.Background(), "s1")
+	require.NoError(t, err)
+	defer sess.Close()
+	call := func(ctx context.Context) (string, error) {
+		raw, err := sess.Call(ctx, "which", nil)
+		var who string
+		if err == nil {
+			err = json.Unmarshal(raw, &who)
+		}
+		return who, err
+	}
+	who, err := call(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, "first", who)
+
+	// The first broker goes, and nothing answers for a while.
+	firstUp.Store(false)
+	close(first.gone)
+	require.Eventually(t, func() bool { return r.pid() == 0 && r.describe() == "rejoining the broker" }, 5*time.Second, time.Millisecond)
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = call(short)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "a call during the gap waits, bounded by its context")
+
+	answered := make(chan string, 1)
+	go func() {
+		who, _ := call(context.Background())
+		answered <- who
+	}()
+	next.Store(newFakeBroker(t, "next"))
+	select {
+	case who := <-answered:
+		assert.Equal(t, "next", who, "the waiting call goes through once a broker is back")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting call never went through")
+	}
+	assert.Equal(t, 1, r.rejoins())
+}
+
+func TestRejoinerCloseEndsAWaitingCall(t *testing.T) {
+	b := newFakeBroker(t, "only")
+	dialed := 0
+	r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
+		dialed++
+		if dialed == 1 {
+			return &link{client: b.bus, gone: b.gone}, nil
+		}
+		return nil, errors.New("gone for good")
+	}, quietLog())
+	require.NoError(t, err)
+	sess, err := r.Session(context.Background(), "s1")
+	require.NoError(t, err)
+	close(b.gone)
+	require.Eventually(t, func() bool { return r.describe() == "rejoining the broker" }, 5*time.Second, time.Millisecond)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := sess.Call(context.Background(), "x", nil)
+		errc <- err
+	}()
+	// Whether the call already waits or is about to: it ends.
+	require.NoError(t, r.Close())
+	select {
+	case err := <-errc:
+		assert.ErrorIs(t, err, transport.ErrClosed)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close left a call waiting")
+	}
+	require.NoError(t, r.Close(), "idempotent")
+}

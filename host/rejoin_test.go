@@ -1,0 +1,128 @@
+package host_test
+
+import (
+	"bufio"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/host"
+	"github.com/a2a-bus/a2a-bus/internal/testbin"
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// sidecar runs `a2a-bus serve` as a desktop host runs its sidecar, and
+// returns it once ready (its connection file's path on stderr).
+func sidecar(t *testing.T, path, dataDir string) (*exec.Cmd, time.Time) {
+	t.Helper()
+	cmd := exec.Command(testbin.A2ABus(t), "serve", "--connection-file", path, "--data-dir", dataDir, "--log-level=warn")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	r := bufio.NewReader(stderr)
+	_, err = r.ReadString('\n')
+	require.NoError(t, err, "the sidecar is ready")
+	ready := time.Now()
+	go io.Copy(io.Discard, r)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, ready
+}
+
+// untilCompleted waits until the delegate hears that the task completed:
+// its event, or a Resync that shows it.
+func untilCompleted(t *testing.T, d *runtime.Delegate, taskID string) {
+	t.Helper()
+	for {
+		ev, err := d.Wait(ctxT(t))
+		require.NoError(t, err)
+		if ev.Task != nil && ev.Task.TaskID == taskID && ev.Task.Final {
+			assert.Equal(t, wire.StateCompleted, ev.Task.Task.Status.State)
+			return
+		}
+		if ev.Resync != nil {
+			for _, task := range ev.Resync.Changed {
+				if task.ID == taskID && task.Status.State == wire.StateCompleted {
+					return
+				}
+			}
+		}
+	}
+}
+
+// rejoinScenario: two sessions' delegates share a task; the broker is
+// killed while the requester waits; once a broker is back (restart does
+// that), the assignee's update goes through and the requester wakes.
+func rejoinScenario(t *testing.T, h *host.Host, restart func() time.Time) {
+	chat1, chat2 := session(t, h, "chat-1"), session(t, h, "chat-2")
+	// Settled while a broker still serves them: a cleanup after the
+	// restarted broker's would wait for one in vain.
+	defer chat1.Close()
+	defer chat2.Close()
+	asker, worker := spawn(t, chat1, "asker"), spawn(t, chat2, "worker")
+	task, err := asker.Send(ctxT(t), worker.ID(), say("work across a crash"), nil)
+	require.NoError(t, err)
+	require.NotNil(t, wait(t, worker).Task, "the worker has its task")
+	woke := make(chan time.Time, 1)
+	go func() {
+		untilCompleted(t, asker, task.ID)
+		woke <- time.Now()
+	}()
+	old := h.BrokerPID()
+	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
+	ready := restart()
+	_, err = worker.Update(ctxT(t), task.ID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
+	require.NoError(t, err, "the assignee's update goes through")
+	select {
+	case at := <-woke:
+		t.Logf("the requester woke %v after the new broker was ready", at.Sub(ready).Round(time.Millisecond))
+		assert.Less(t, at.Sub(ready), 5*time.Second)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the requester never woke")
+	}
+	assert.NotEqual(t, old, h.BrokerPID())
+	assert.GreaterOrEqual(t, h.Rejoins(), 1)
+}
+
+func TestAHostRejoinsARestartedSidecar(t *testing.T) {
+	dir := t.TempDir()
+	path, data := filepath.Join(dir, "run", "connection.json"), filepath.Join(dir, "data")
+	sidecar(t, path, data)
+	cfg := host.Config{Bus: host.NATS, ConnectionFile: path, Logger: quiet()}
+	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+	h, err := host.Open(ctxT(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	rejoinScenario(t, h, func() time.Time {
+		// The desktop host restarts its sidecar on the same data dir.
+		_, ready := sidecar(t, path, data)
+		return ready
+	})
+}
+
+func TestAPipeHostRestartsItsBroker(t *testing.T) {
+	data := t.TempDir()
+	cfg := host.Config{Bus: host.Pipe, Logger: quiet(),
+		BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", data, "--log-level=warn"}}
+	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+	h, err := host.Open(ctxT(t), cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	first := h.BrokerPID()
+	rejoinScenario(t, h, func() time.Time {
+		// The host restarts the child itself.
+		var ready time.Time
+		require.Eventually(t, func() bool {
+			pid := h.BrokerPID()
+			ready = time.Now()
+			return pid != 0 && pid != first
+		}, 10*time.Second, 5*time.Millisecond, "a new child")
+		return ready
+	})
+}
