@@ -253,6 +253,13 @@ func (h *Host) fake() error {
 	return nil
 }
 
+// DefaultConnectionFile is where `a2a-bus serve` writes its connection
+// file by default on this platform, by the rules every host follows
+// (docs/PROTOCOL.md §2.2): for Config.ConnectionFile, to join the
+// sidecar. warning, when not "", says why $XDG_RUNTIME_DIR was passed
+// over, for the host to log.
+func DefaultConnectionFile() (path, warning string, err error) { return connfile.DefaultPath() }
+
 // Describe says which bus the host uses and where the broker runs.
 func (h *Host) Describe() string {
 	if h.rejoiner != nil {

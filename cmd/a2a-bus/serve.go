@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -58,7 +57,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen address off loopback")
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS: use this server or cluster instead of embedding one")
 	fs.StringVar(&o.natsCreds, "nats-creds", "", "NATS: a credentials file for --nats-url")
-	fs.StringVar(&o.connectionFile, "connection-file", "", "NATS: where to write how to connect (default $XDG_RUNTIME_DIR/a2a-bus/connection.json)")
+	fs.StringVar(&o.connectionFile, "connection-file", "", "NATS: where to write how to connect (default $XDG_RUNTIME_DIR/a2a-bus/connection.json, else connection.json in the state folder)")
 	fs.StringVar(&o.dataDir, "data-dir", defaultDataDir(), `the durable task store's folder; "" keeps everything in memory`)
 	fs.DurationVar(&o.retention, "retention", broker.DefaultRetention.MaxAge, "how long terminal tasks are kept (0: no limit)")
 	fs.IntVar(&o.retentionTasks, "retention-tasks", broker.DefaultRetention.MaxTerminal, "how many terminal tasks are kept at most (0: no limit)")
@@ -375,15 +374,13 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 // to start rather than keep tasks in memory unasked.
 const noDataDir = "(none: set XDG_STATE_HOME or HOME)"
 
-// defaultDataDir is $XDG_STATE_HOME/a2a-bus, else ~/.local/state/a2a-bus.
+// defaultDataDir is the platform's state folder (connfile.Places).
 func defaultDataDir() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "a2a-bus")
+	d, err := connfile.DefaultDataDir()
+	if err != nil {
+		return noDataDir
 	}
-	if home, err := os.UserHomeDir(); err == nil && home != "" {
-		return filepath.Join(home, ".local", "state", "a2a-bus")
-	}
-	return noDataDir
+	return d
 }
 
 // openStore opens the durable store in dir, or a memory store for "".

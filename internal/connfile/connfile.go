@@ -8,14 +8,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/gofrs/flock"
 )
 
 // Info is the file's content.
@@ -28,48 +30,20 @@ type Info struct {
 // ErrRunning is returned by Claim when a live broker holds the file.
 var ErrRunning = errors.New("a broker is already running")
 
-// DefaultPath is $XDG_RUNTIME_DIR/a2a-bus/connection.json, else
-// $XDG_STATE_HOME/a2a-bus/connection.json, else
-// ~/.local/state/a2a-bus/connection.json.
+// DefaultPath is where the connection file is by default, on this
+// platform (see Places): in $XDG_RUNTIME_DIR/a2a-bus when that is set and
+// trusted, else in the state folder (DefaultDataDir).
 //
 // An XDG_RUNTIME_DIR that another user owns or may write in (or that is a
 // symlink or no folder) is passed over for the next candidate, and
 // warning says so, for the caller to log: a warning, not an error,
 // because the next candidate is as good. warning is "" otherwise, and
 // may be set when err is too.
-func DefaultPath() (path, warning string, err error) {
-	d := os.Getenv("XDG_RUNTIME_DIR")
-	if d == "" {
-		path, err = statePath()
-		return path, "", err
-	}
-	why := runtimeDirReason(d)
-	if why == "" {
-		return inFolder(d), "", nil
-	}
-	path, err = statePath()
-	instead := "using " + path + " instead"
-	if err != nil {
-		instead = "and there is no other folder"
-	}
-	return path, fmt.Sprintf("XDG_RUNTIME_DIR %s is not used for the connection file: %s; %s", d, why, instead), err
-}
+func DefaultPath() (path, warning string, err error) { return platform().connectionFile() }
 
-// statePath is DefaultPath without a runtime folder.
-func statePath() (string, error) {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return inFolder(d), nil
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("connection file: no usable XDG_RUNTIME_DIR, no XDG_STATE_HOME and no home directory: %w", err)
-	}
-	return inFolder(filepath.Join(home, ".local", "state")), nil
-}
-
-// inFolder is the connection file's path in the project's own folder
-// under base.
-func inFolder(base string) string { return filepath.Join(base, ownFolderName, "connection.json") }
+// DefaultDataDir is the broker's data dir by default, on this platform
+// (see Places).
+func DefaultDataDir() (string, error) { return platform().stateDir() }
 
 // ownFolderName names the project's own folder: Lock makes it private.
 const ownFolderName = "a2a-bus"
@@ -77,7 +51,7 @@ const ownFolderName = "a2a-bus"
 // Claim is a connection file this broker holds.
 type Claim struct {
 	path string
-	lock *os.File
+	lock *flock.Flock
 	once sync.Once
 }
 
@@ -94,19 +68,18 @@ func Lock(path string) (*Claim, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("connection file: %w", err)
 	}
-	// The project's own folder is 0700 even if it existed before; a
+	// The project's own folder is private even if it existed before; a
 	// folder the user named is theirs to set.
 	if filepath.Base(dir) == ownFolderName {
 		if err := ownFolder(dir); err != nil {
 			return nil, err
 		}
 	}
-	lock, err := openLock(path + ".lock")
+	lock, err := takeLock(path + ".lock")
 	if err != nil {
 		return nil, err
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
+	if lock == nil {
 		return nil, running(path)
 	}
 	if old, err := Read(path); err == nil && Live(old) {
@@ -116,15 +89,36 @@ func Lock(path string) (*Claim, error) {
 	return &Claim{path: path, lock: lock}, nil
 }
 
-// openLock opens (or creates) the lock file. A symlink there is refused,
-// not followed: following it would create or open a file of the
-// symlink's choosing.
-func openLock(path string) (*os.File, error) {
-	lock, _, err := openNoFollow(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil && !errors.Is(err, ErrUntrusted) {
+// takeLock takes the lock file, without waiting: nil when another process
+// holds it. The file is opened without following a symlink (following it
+// would create or open a file of the symlink's choosing), and must be the
+// user's own. gofrs/flock is flock(2) on Unix and LockFileEx on Windows.
+func takeLock(path string) (*flock.Flock, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		return nil, untrusted(path, "it is a symlink")
+	}
+	lock := flock.New(path, flock.SetFlag(os.O_RDWR|os.O_CREATE|oNoFollow), flock.SetPermissions(0o600))
+	locked, err := lock.TryLock()
+	if err != nil {
+		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return nil, untrusted(path, "it is a symlink")
+		}
 		return nil, fmt.Errorf("connection file: %w", err)
 	}
-	return lock, err
+	if !locked {
+		return nil, nil
+	}
+	fi, err := lock.Stat()
+	if err == nil {
+		if why := notOwnedReason(path, fi); why != "" {
+			err = untrusted(path, why)
+		}
+	}
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return lock, nil
 }
 
 // Path returns the file's path.
@@ -216,7 +210,7 @@ func Live(info Info) bool {
 	if info.PID <= 0 {
 		return false
 	}
-	if err := syscall.Kill(info.PID, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+	if !processAlive(info.PID) {
 		return false
 	}
 	first, _, _ := strings.Cut(info.URL, ",")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"syscall"
 )
 
 // ErrUntrusted is returned when a file or folder the broker or a host
@@ -34,10 +33,10 @@ func runtimeDirReason(dir string) string {
 	case !fi.IsDir():
 		return "it is not a folder"
 	}
-	if why := notOwnedReason(fi); why != "" {
+	if why := notOwnedReason(dir, fi); why != "" {
 		return why
 	}
-	return sharedReason(fi)
+	return sharedReason(dir, fi)
 }
 
 // openNoFollow opens path without following a symlink at it (parent
@@ -46,7 +45,7 @@ func runtimeDirReason(dir string) string {
 // The checks are on the open file, so path cannot be swapped between
 // them and the use.
 func openNoFollow(path string, flag int, perm fs.FileMode) (*os.File, fs.FileInfo, error) {
-	f, err := os.OpenFile(path, flag|syscall.O_NOFOLLOW, perm)
+	f, err := os.OpenFile(path, flag|oNoFollow, perm)
 	if err != nil {
 		// O_NOFOLLOW fails with ELOOP on Linux, but not with the same
 		// errno everywhere: ask the path itself.
@@ -60,7 +59,7 @@ func openNoFollow(path string, flag int, perm fs.FileMode) (*os.File, fs.FileInf
 		f.Close()
 		return nil, nil, err
 	}
-	if why := notOwnedReason(fi); why != "" {
+	if why := notOwnedReason(path, fi); why != "" {
 		f.Close()
 		return nil, nil, untrusted(path, why)
 	}
@@ -82,7 +81,7 @@ func ownFolder(dir string) error {
 	if !fi.IsDir() {
 		return untrusted(dir, "it is not a folder")
 	}
-	if err := d.Chmod(0o700); err != nil {
+	if err := makePrivate(d); err != nil {
 		return fmt.Errorf("connection file: %w", err)
 	}
 	return nil
