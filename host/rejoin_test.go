@@ -3,9 +3,9 @@ package host_test
 import (
 	"bufio"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -75,7 +75,7 @@ func rejoinScenario(t *testing.T, h *host.Host, restart func() time.Time) {
 		woke <- time.Now()
 	}()
 	old := h.BrokerPID()
-	require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
+	require.NoError(t, kill(old))
 	ready := restart()
 	_, err = worker.Update(ctxT(t), task.ID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
 	require.NoError(t, err, "the assignee's update goes through")
@@ -125,4 +125,14 @@ func TestAPipeHostRestartsItsBroker(t *testing.T) {
 		}, 10*time.Second, 5*time.Millisecond, "a new child")
 		return ready
 	})
+}
+
+// kill kills a process at once (SIGKILL on Unix, TerminateProcess on
+// Windows), as a crash would.
+func kill(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
 }

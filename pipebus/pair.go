@@ -1,10 +1,12 @@
 package pipebus
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 )
 
 // Pair returns both ends of an in-process pipe over two os.Pipes: a broker
@@ -38,7 +40,18 @@ func Pair(cfg Config, ccfg ClientConfig) (*Bus, *Client, error) {
 // becomes a net.Conn on a duplicate descriptor. A regular file is left as
 // it is: its reads never block.
 func Stdio(log *slog.Logger) (io.ReadCloser, io.WriteCloser) {
-	return reopen(os.Stdin, "/proc/self/fd/0", os.O_RDONLY, log), reopen(os.Stdout, "/proc/self/fd/1", os.O_WRONLY, log)
+	return reopen(os.Stdin, selfFD(0), os.O_RDONLY, log), reopen(os.Stdout, selfFD(1), os.O_WRONLY, log)
+}
+
+// selfFD is the path that opens this process's descriptor fd anew, with
+// a file description of its own: only Linux has one (/proc/self/fd).
+// macOS's /dev/fd duplicates instead, sharing the flags with the parent,
+// and Windows has none: there the descriptors are used as they are.
+func selfFD(fd int) string {
+	if runtime.GOOS != "linux" {
+		return ""
+	}
+	return fmt.Sprintf("/proc/self/fd/%d", fd)
 }
 
 func reopen(f *os.File, path string, flag int, log *slog.Logger) io.ReadWriteCloser {
@@ -56,7 +69,7 @@ func reopen(f *os.File, path string, flag int, log *slog.Logger) io.ReadWriteClo
 		}
 		return c
 	}
-	if st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) == 0 {
+	if path == "" || st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) == 0 {
 		// A regular file: reopening would change its offset.
 		return f
 	}

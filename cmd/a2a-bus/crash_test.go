@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -154,7 +153,7 @@ func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	require.NoError(t, syscall.Kill(child.Pid(), syscall.SIGKILL))
+	require.NoError(t, kill(child.Pid()))
 	wg.Wait()
 	<-child.Exited()
 	child.Close()
@@ -258,4 +257,14 @@ func TestDataDirProblemsStopTheStart(t *testing.T) {
 		assert.Equal(t, 0, code, out)
 		assert.Contains(t, out, "may have lost acknowledged changes")
 	})
+}
+
+// kill kills a process at once (SIGKILL on Unix, TerminateProcess on
+// Windows), as a crash would.
+func kill(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
 }

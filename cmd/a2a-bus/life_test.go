@@ -1,3 +1,5 @@
+//go:build unix
+
 package main_test
 
 // The sidecar's life against the built binary: what kills it, what does

@@ -8,9 +8,6 @@ import (
 	"time"
 )
 
-// parentPoll is how often a sidecar looks whether its parent is alive.
-const parentPoll = 250 * time.Millisecond
-
 // watchParent returns a context that ends with ctx, or when the process
 // that started this one has gone (the process is handed to another
 // parent: init, or a subreaper). A process started by init has no parent
