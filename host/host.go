@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/internal/connfile"
@@ -25,6 +26,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/store/boltstore"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // BusKind names a bus. The zero value is invalid: a host says which bus
@@ -214,17 +216,29 @@ func (h *Host) startPipe(ctx context.Context) error {
 	if len(argv) == 0 {
 		argv = []string{"a2a-bus", "serve", "--bus=pipe", "--data-dir=" + h.cfg.DataDir}
 	}
-	return h.rejoin(ctx, func(context.Context) (*link, error) {
+	return h.rejoin(ctx, func(ctx context.Context) (*link, error) {
 		cmd := exec.Command(argv[0], argv[1:]...)
 		cmd.Stderr = os.Stderr
 		child, err := pipebus.Start(cmd, pipebus.ClientConfig{MaxMessageBytes: h.cfg.Broker.MaxMessageBytes, Logger: h.cfg.Logger})
 		if err != nil {
 			return nil, err
 		}
+		// A child is up once it answers: one that exits at its start (a
+		// data dir it refuses) is a failed dial, backed off like any.
+		pctx, cancel := context.WithTimeout(ctx, childAnswerTimeout)
+		defer cancel()
+		if _, err := child.CallHost(pctx, wire.MethodAdminInfo, nil); err != nil {
+			child.Close()
+			return nil, fmt.Errorf("host: the broker child did not answer: %w", err)
+		}
 		return &link{client: child, gone: child.Done(), pid: child.Pid(),
 			desc: fmt.Sprintf("pipe (broker child pid %d: %s)", child.Pid(), strings.Join(argv, " "))}, nil
 	})
 }
+
+// childAnswerTimeout bounds the wait for a new broker child's first
+// answer.
+const childAnswerTimeout = 10 * time.Second
 
 // rejoin connects through dial, and keeps connected.
 func (h *Host) rejoin(ctx context.Context, dial dialer) error {

@@ -31,6 +31,10 @@ type dialer func(ctx context.Context) (*link, error)
 const (
 	rejoinFirstWait = 50 * time.Millisecond
 	rejoinMaxWait   = time.Second
+	// rejoinSteady is how long a link must last for the backoff to start
+	// over: a broker that dies young (a child that cannot start) is
+	// dialed less and less often, not hundreds of times a second.
+	rejoinSteady = 5 * time.Second
 )
 
 // rejoiner is a transport.Client over a broker that may die and come back:
@@ -75,24 +79,30 @@ func newRejoiner(ctx context.Context, dial dialer, log *slog.Logger) (*rejoiner,
 
 // supervise replaces each link that goes, until Close.
 func (r *rejoiner) supervise() {
+	wait := time.Duration(0) // before the next dial
 	for {
 		r.mu.Lock()
 		cur := r.cur
 		r.mu.Unlock()
+		since := time.Now()
 		select {
 		case <-r.ctx.Done():
 			return
 		case <-cur.gone:
+		}
+		if time.Since(since) >= rejoinSteady {
+			wait = 0
 		}
 		r.mu.Lock()
 		r.cur, r.up = nil, make(chan struct{})
 		r.mu.Unlock()
 		cur.client.Close()
 		r.log.Warn("the broker is gone; rejoining", "was", cur.desc)
-		next := r.redial()
+		next, waited := r.redial(wait)
 		if next == nil {
 			return // closed meanwhile
 		}
+		wait = waited
 		r.mu.Lock()
 		r.cur = next
 		r.gen++
@@ -103,24 +113,28 @@ func (r *rejoiner) supervise() {
 	}
 }
 
-// redial dials until it has a link or the rejoiner closes (nil).
-func (r *rejoiner) redial() *link {
-	wait := rejoinFirstWait
+// redial dials until it has a link or the rejoiner closes (nil), first
+// after wait (0: at once), then backing off. It returns the wait due
+// before the dial after this link's, should it die young too.
+func (r *rejoiner) redial(wait time.Duration) (*link, time.Duration) {
 	for {
+		if wait > 0 {
+			select {
+			case <-r.ctx.Done():
+				return nil, 0
+			case <-time.After(wait):
+			}
+		}
+		next := min(max(2*wait, rejoinFirstWait), rejoinMaxWait)
 		l, err := r.dial(r.ctx)
 		if err == nil {
-			return l
+			return l, next
 		}
 		if r.ctx.Err() != nil {
-			return nil
+			return nil, 0
 		}
-		r.log.Debug("rejoining failed; retrying", "error", err, "in", wait)
-		select {
-		case <-r.ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, rejoinMaxWait)
+		r.log.Debug("rejoining failed; retrying", "error", err, "in", next)
+		wait = next
 	}
 }
 
@@ -174,22 +188,46 @@ func (r *rejoiner) rejoins() int {
 	return r.joins
 }
 
+// onLink runs fn with the current link's client, waiting for one. A
+// client closed under fn (the link went: ErrClosed while the rejoiner is
+// open) is no answer: fn runs again on the next link. Only what fn does
+// before it sends anything may be retried so (opening a session).
+func (r *rejoiner) onLink(ctx context.Context, fn func(c transport.Client, gen uint64) error) error {
+	for {
+		cur, gen, err := r.current(ctx)
+		if err != nil {
+			return err
+		}
+		err = fn(cur.client, gen)
+		if !errors.Is(err, transport.ErrClosed) || r.ctx.Err() != nil {
+			return err
+		}
+		r.mu.Lock()
+		same := r.gen == gen && r.cur != nil
+		r.mu.Unlock()
+		if same {
+			return err // closed, yet the link is current: not the link's going
+		}
+	}
+}
+
 // Session implements transport.Client.
 func (r *rejoiner) Session(ctx context.Context, id string) (transport.Session, error) {
-	cur, gen, err := r.current(ctx)
+	s := &rejoinSession{r: r, id: id}
+	err := r.onLink(ctx, func(c transport.Client, gen uint64) error {
+		inner, err := c.Session(ctx, id)
+		s.gen, s.inner = gen, inner
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	inner, err := cur.client.Session(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	s := &rejoinSession{r: r, id: id, gen: gen, inner: inner}
 	s.ctx, s.cancel = context.WithCancel(r.ctx)
 	return s, nil
 }
 
-// CallHost implements transport.HostCaller.
+// CallHost implements transport.HostCaller. A call cut short by the
+// link's going fails (it may have been applied).
 func (r *rejoiner) CallHost(ctx context.Context, method string, params any) (json.RawMessage, error) {
 	cur, _, err := r.current(ctx)
 	if err != nil {
@@ -199,7 +237,11 @@ func (r *rejoiner) CallHost(ctx context.Context, method string, params any) (jso
 	if !ok {
 		return nil, fmt.Errorf("%w: this broker takes no host calls", transport.ErrUnavailable)
 	}
-	return hc.CallHost(ctx, method, params)
+	res, err := hc.CallHost(ctx, method, params)
+	if errors.Is(err, transport.ErrClosed) && r.ctx.Err() == nil {
+		err = fmt.Errorf("%w: the broker went away during the call", transport.ErrUnavailable)
+	}
+	return res, err
 }
 
 // Close implements transport.Client: it stops rejoining and closes the
@@ -237,30 +279,34 @@ func (s *rejoinSession) side(ctx context.Context) (transport.Session, error) {
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel)
 	defer stop()
-	cur, gen, err := s.r.current(ctx)
-	if err != nil {
+	var side transport.Session
+	err := s.r.onLink(ctx, func(c transport.Client, gen uint64) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		if s.ctx.Err() != nil {
-			return nil, transport.ErrClosed
+			return nil
 		}
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ctx.Err() != nil {
+		if s.gen == gen && s.inner != nil {
+			side = s.inner
+			return nil
+		}
+		inner, err := c.Session(ctx, s.id)
+		if err != nil {
+			return err
+		}
+		if s.inner != nil {
+			s.inner.Close()
+		}
+		s.gen, s.inner, side = gen, inner, inner
+		return nil
+	})
+	switch {
+	case s.ctx.Err() != nil:
 		return nil, transport.ErrClosed
-	}
-	if s.gen == gen && s.inner != nil {
-		return s.inner, nil
-	}
-	inner, err := cur.client.Session(ctx, s.id)
-	if err != nil {
+	case err != nil:
 		return nil, err
 	}
-	if s.inner != nil {
-		s.inner.Close()
-	}
-	s.gen, s.inner = gen, inner
-	return inner, nil
+	return side, nil
 }
 
 // Call implements transport.Session. A call made while the broker is

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 )
@@ -118,4 +121,71 @@ func TestRejoinerCloseEndsAWaitingCall(t *testing.T) {
 		t.Fatal("Close left a call waiting")
 	}
 	require.NoError(t, r.Close(), "idempotent")
+}
+
+// realBroker is a fake bus served by a real broker.
+func realBroker(t *testing.T) *fakebus.Bus {
+	bus := fakebus.New(fakebus.Config{})
+	b, err := broker.New(bus, broker.Config{Logger: quietLog()})
+	require.NoError(t, err)
+	t.Cleanup(func() { bus.Close(); b.Close() })
+	return bus
+}
+
+// dyingClient is a link whose broker dies just as a session is opened on
+// it: the supervisor closes it between current() and Session().
+type dyingClient struct {
+	*fakebus.Bus
+	gone   chan struct{}
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (c *dyingClient) Session(ctx context.Context, id string) (transport.Session, error) {
+	close(c.gone)
+	select {
+	case <-c.closed:
+	case <-time.After(5 * time.Second):
+	}
+	return c.Bus.Session(ctx, id)
+}
+
+func (c *dyingClient) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Bus.Close()
+}
+
+// TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd: a link
+// that dies just as a session's side is opened on it answers ErrClosed;
+// the session waits for the next link instead of ending its runtime.
+func TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd(t *testing.T) {
+	first := realBroker(t)
+	firstGone := make(chan struct{})
+	var dials atomic.Int32
+	r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
+		switch dials.Add(1) {
+		case 1:
+			return &link{client: first, gone: firstGone, desc: "first"}, nil
+		case 2:
+			d := &dyingClient{Bus: realBroker(t), gone: make(chan struct{}), closed: make(chan struct{})}
+			return &link{client: d, gone: d.gone, desc: "dying"}, nil
+		}
+		return &link{client: realBroker(t), gone: make(chan struct{}), desc: "healthy"}, nil
+	}, quietLog())
+	require.NoError(t, err)
+	defer r.Close()
+	sess, err := r.Session(context.Background(), "s1")
+	require.NoError(t, err)
+	defer sess.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	feed, err := runtime.NewFeed(ctx, sess, runtime.FeedConfig{PollInterval: 50 * time.Millisecond, Logger: quietLog()})
+	require.NoError(t, err)
+	defer feed.Close()
+
+	close(firstGone) // the first broker dies
+	it, err := feed.Next(ctx)
+	require.NoError(t, err, "the session is open and a healthy broker is next: the feed goes on")
+	require.NotNil(t, it.Reset, "with a new epoch")
+	assert.GreaterOrEqual(t, dials.Load(), int32(3))
 }

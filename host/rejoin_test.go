@@ -2,10 +2,13 @@ package host_test
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,4 +138,40 @@ func kill(pid int) error {
 		return err
 	}
 	return p.Kill()
+}
+
+// TestConcurrentCallsAfterARestartRegisterOnce: after a restart every
+// token is unknown; a delegate's concurrent calls register it again once,
+// and none fails unauthorized.
+func TestConcurrentCallsAfterARestartRegisterOnce(t *testing.T) {
+	h, err := host.Open(ctxT(t), host.Config{Bus: host.Fake, Logger: quiet()})
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	d := spawn(t, session(t, h, "chat-1"), "worker")
+	spawn(t, session(t, h, "chat-2"), "peer")
+	raw, err := h.Client().Session(ctxT(t), "chat-1")
+	require.NoError(t, err)
+	defer raw.Close()
+	failed := 0
+	for range 20 {
+		// What a restart does to the delegate's token: the broker no
+		// longer accepts it (here the same instance registers again behind
+		// the runtime's back).
+		_, err = raw.Call(ctxT(t), wire.MethodRegister, wire.RegisterParams{ContextID: "chat-1", Card: &wire.AgentCard{Name: "worker"}, InstanceID: d.InstanceID()})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for range 8 {
+			wg.Go(func() {
+				_, err := d.Peers(context.Background())
+				mu.Lock()
+				defer mu.Unlock()
+				if errors.Is(err, wire.ErrUnauthorized) {
+					failed++
+				}
+			})
+		}
+		wg.Wait()
+	}
+	assert.Zero(t, failed)
 }

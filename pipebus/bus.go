@@ -44,6 +44,10 @@ type Config struct {
 	// supports deadlines (os.Pipe, sockets, Stdio). 0 means
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// CloseGrace is how long Close lets the requests being served finish
+	// (and answers them) before it cancels them. 0 means
+	// DefaultCloseGrace.
+	CloseGrace time.Duration
 	// Logger receives the bus's logs. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -55,9 +59,14 @@ type Bus struct {
 	w   io.Writer
 	log *slog.Logger
 
-	ctx    context.Context // canceled by Close and on failure
+	ctx    context.Context // canceled when the bus stops: the writer drains and ends
 	cancel context.CancelFunc
-	out    chan []byte // lines for the writer, without "\n"
+	// hctx is the handlers' context: canceled when the bus stops on a
+	// failure, or when Close's grace runs out.
+	hctx    context.Context
+	hcancel context.CancelFunc
+	closing atomic.Bool // Close has begun: the reader's end is expected
+	out     chan []byte // lines for the writer, without "\n"
 
 	mu      sync.Mutex
 	serving bool
@@ -104,12 +113,16 @@ func New(r io.Reader, w io.Writer, cfg Config) *Bus {
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
+	if cfg.CloseGrace <= 0 {
+		cfg.CloseGrace = DefaultCloseGrace
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bus{cfg: cfg, r: r, w: w, log: cfg.Logger, ctx: ctx, cancel: cancel,
 		out: make(chan []byte, cfg.Queue), done: make(chan struct{})}
+	b.hctx, b.hcancel = context.WithCancel(ctx)
 	b.writerWG.Add(1)
 	go b.writeLoop()
 	return b
@@ -186,15 +199,32 @@ func (b *Bus) respond(line []byte) {
 	}
 }
 
-// Close implements transport.Bus: it stops reading and writing, cancels
-// running handlers and waits for them, and closes r and w.
+// DefaultCloseGrace is Close's wait for the requests being served.
+const DefaultCloseGrace = 5 * time.Second
+
+// Close implements transport.Bus: it stops reading, lets the requests
+// being served finish for up to CloseGrace (then cancels them), writes
+// their answers and what else is queued (briefly), and closes r and w. So
+// a request read before Close is answered. Idempotent.
 func (b *Bus) Close() error {
-	b.stop(nil)
+	b.closing.Store(true)
+	finished := make(chan struct{})
+	var grace sync.WaitGroup
+	grace.Go(func() {
+		select {
+		case <-finished:
+		case <-time.After(b.cfg.CloseGrace):
+			b.hcancel()
+		}
+	})
 	if c, ok := b.r.(io.Closer); ok {
 		c.Close()
 	}
-	b.readerWG.Wait()
+	b.readerWG.Wait() // the reader may be waiting for the handlers too
 	b.handlers.Wait()
+	close(finished)
+	grace.Wait()
+	b.stop(nil)
 	b.writerWG.Wait()
 	if c, ok := b.w.(io.Closer); ok {
 		c.Close()
@@ -210,6 +240,9 @@ func (b *Bus) readLoop(h transport.Handler) {
 	for {
 		line, tooLong, err := lr.next()
 		if err != nil {
+			if b.closing.Load() {
+				return // Close stopped the reading: it waits for the rest
+			}
 			if b.ctx.Err() == nil {
 				if errors.Is(err, io.EOF) {
 					b.log.Info("end of input: shutting down")
@@ -239,7 +272,7 @@ func (b *Bus) readLoop(h transport.Handler) {
 		go func() {
 			defer b.handlers.Done()
 			defer func() { <-sem }()
-			if resp := h.ServeRPC(b.ctx, from, line); resp != nil {
+			if resp := h.ServeRPC(b.hctx, from, line); resp != nil {
 				if limit := b.MaxPayload(); len(resp) > limit {
 					// The host end would skip the line and its call would
 					// wait for ever: answer that it is too large.

@@ -38,7 +38,7 @@ func TestConformancePair(t *testing.T) {
 	bustest.Run(t, bustest.Features{HostScope: transport.ScopeOwner, Buffer: buffer, MaxMessageBytes: limit},
 		func(t *testing.T) bustest.Harness {
 			bus, client, err := pipebus.Pair(
-				pipebus.Config{MaxMessageBytes: limit, Logger: quiet()},
+				pipebus.Config{MaxMessageBytes: limit, CloseGrace: 50 * time.Millisecond, Logger: quiet()},
 				pipebus.ClientConfig{Buffer: buffer})
 			require.NoError(t, err)
 			return bustest.Harness{Bus: bus, Client: client}

@@ -106,6 +106,19 @@ func (d *Delegate) register(ctx context.Context) error {
 	return d.registerLocked(ctx)
 }
 
+// reregister registers again after a call met the token stale as
+// unknown, unless the delegate has registered since (the runtime, or a
+// concurrent call, did): checked under the naming lock, so that
+// concurrent callers register once, not each revoking the other's token.
+func (d *Delegate) reregister(ctx context.Context, stale string) error {
+	d.r.naming.Lock()
+	defer d.r.naming.Unlock()
+	if now, err := d.credentials(); err != nil || now != stale {
+		return err
+	}
+	return d.registerLocked(ctx)
+}
+
 // registerLocked is register with the runtime's naming lock held. A
 // delegate that is settling or gone never registers again.
 func (d *Delegate) registerLocked(ctx context.Context) error {
@@ -175,7 +188,7 @@ func (d *Delegate) heard(t *wire.Task) {
 // longer knows means that the broker restarted (it keeps no
 // registrations): the delegate registers again by instance id, unless
 // someone did meanwhile (the runtime does, when it sees the new epoch),
-// and the call is tried again, a few times at most.
+// and the call is tried again with the new token, a few times at most.
 func (d *Delegate) do(ctx context.Context, call func(token string) error) error {
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
@@ -187,10 +200,7 @@ func (d *Delegate) do(ctx context.Context, call func(token string) error) error 
 		if !errors.Is(err, wire.ErrUnauthorized) || attempt == attempts {
 			return err
 		}
-		if now, _ := d.credentials(); now != token {
-			continue // registered again meanwhile: try the new token
-		}
-		if rerr := d.register(ctx); rerr != nil {
+		if rerr := d.reregister(ctx, token); rerr != nil {
 			if errors.Is(rerr, ErrSettled) {
 				return ErrSettled
 			}

@@ -220,3 +220,85 @@ func stringField(t *testing.T, raw []byte, name string) string {
 	s, _ := m[name].(string)
 	return s
 }
+
+// TestServeExitsWithTheHostItIsToldOf: a host that starts serve through
+// a launcher (here a shell that leaves at once) passes its own pid; serve
+// goes when that process goes, though its parent was gone before it
+// could look.
+func TestServeExitsWithTheHostItIsToldOf(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "conn.json")
+	host := exec.Command("sleep", "60") // the host
+	require.NoError(t, host.Start())
+	launcher := exec.Command("sh", "-c", `"$0" serve --connection-file "$1" --data-dir "" --parent-pid "$2" >/dev/null 2>&1 & echo $!`,
+		testbin.A2ABus(t), path, strconv.Itoa(host.Process.Pid))
+	launcher.Env = testEnv(t)
+	out, err := launcher.Output()
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 10*time.Second, 10*time.Millisecond, "serving")
+	require.True(t, running(pid), "the launcher's leaving is not the host's")
+	require.NoError(t, host.Process.Kill())
+	host.Wait()
+	require.Eventually(t, func() bool { return !running(pid) }, 10*time.Second, 50*time.Millisecond, "serve outlived the host")
+	_, err = os.Stat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist, "a clean shutdown")
+}
+
+// TestServeOnAPipeAnswersWhatItReadAtSIGTERM: a host pipelines requests
+// to a broker child and stops it: every request the broker read (any
+// below the last one answered) gets its answer before the pipe closes.
+func TestServeOnAPipeAnswersWhatItReadAtSIGTERM(t *testing.T) {
+	cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", "", "--log-level=error")
+	cmd.Env = testEnv(t)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	out := bufio.NewReader(stdout)
+	register := func(id int, session, name string) string {
+		fmt.Fprintf(stdin, `{"jsonrpc":"2.0","id":%d,"method":"a2a.agents.register","params":{"contextId":%q,"card":{"name":%q}}}`+"\n", id, session, name)
+		line, err := out.ReadBytes('\n')
+		require.NoError(t, err)
+		var r struct{ Result wire.RegisterResult }
+		require.NoError(t, json.Unmarshal(line, &r))
+		return r.Result.Token
+	}
+	token := register(1, "a", "pusher")
+	register(2, "b", "sink")
+	const n = 20000
+	go func() {
+		w := bufio.NewWriter(stdin)
+		for id := 3; id < n; id++ {
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%d,"method":"a2a.message.send","params":{"token":%q,"to":"sink","oneway":true,"message":{"parts":[{"kind":"text","text":"x"}]}}}`+"\n", id, token)
+		}
+		w.Flush()
+	}()
+	time.Sleep(200 * time.Millisecond) // under way; the count below is what matters
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	answered := map[int]bool{}
+	last := 0
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r struct {
+			ID *int `json:"id"`
+		}
+		if json.Unmarshal(sc.Bytes(), &r) == nil && r.ID != nil {
+			answered[*r.ID] = true
+			last = max(last, *r.ID)
+		}
+	}
+	missing := 0
+	for id := 3; id < last; id++ {
+		if !answered[id] {
+			missing++
+		}
+	}
+	t.Logf("%d requests answered before the pipe closed; the last id %d", len(answered), last)
+	assert.Zero(t, missing, "requests read before SIGTERM but never answered")
+	assert.Greater(t, last, 3)
+}

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"os"
 
 	"golang.org/x/sys/windows"
 )
@@ -13,10 +12,14 @@ import (
 // that started this one exits: the parent's process handle is signalled
 // then. Windows does not hand an orphan to another parent, so the pid is
 // not polled; the handle is waited on, a quarter of a second at a time.
-func watchParent(ctx context.Context) (context.Context, func()) {
+// pid, when not 0, names the process to watch instead (--parent-pid).
+func watchParent(ctx context.Context, pid int) (context.Context, func()) {
 	ctx, cancelCause := context.WithCancelCause(ctx)
 	cancel := func() { cancelCause(nil) }
-	h, err := windows.OpenProcess(windows.SYNCHRONIZE, false, uint32(os.Getppid()))
+	if pid <= 0 {
+		pid = startParent
+	}
+	h, err := windows.OpenProcess(windows.SYNCHRONIZE, false, uint32(pid))
 	if err != nil {
 		return ctx, cancel // no parent to watch (gone already, or not ours to see)
 	}

@@ -41,6 +41,7 @@ type serveOptions struct {
 	orphanTimeout      time.Duration
 	logLevel           string
 	exitWithParent     bool
+	parentPID          int
 	acceptDataLoss     bool
 	config             string
 	printConfig        bool
@@ -69,6 +70,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long open tasks wait for their members (0 disables)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "shut down cleanly when the process that started serve goes away (a sidecar dies with its host)")
+	fs.IntVar(&o.parentPID, "parent-pid", 0, "with --exit-with-parent: the host's pid to watch instead of the parent's (for a host that starts serve through a launcher)")
 	fs.BoolVar(&o.acceptDataLoss, "accept-data-loss", false, "start even when the data file cannot show that it holds every acknowledged change (it is empty, or its newest commit record is damaged)")
 	fs.StringVar(&o.config, "config", "", "a JSON file of settings: keys are these flag names without dashes; A2A_BUS_* variables win over it, flags over both")
 	fs.BoolVar(&o.printConfig, "print-config", false, "print the effective settings as a --config file would hold them, and exit")
@@ -145,7 +147,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if o.exitWithParent {
 		var stop func()
-		ctx, stop = watchParent(ctx)
+		ctx, stop = watchParent(ctx, o.parentPID)
 		defer stop()
 	}
 	if err := serve(ctx, o, log, gate); err != nil {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -117,6 +118,9 @@ func Open(dir string, opts Options) (s *Store, err error) {
 		return nil, fmt.Errorf("boltstore: %w", err)
 	}
 	path := filepath.Join(dir, FileName)
+	if err := createIfMissing(path, opts.LockTimeout); err != nil {
+		return nil, err
+	}
 	problem, err := dataProblem(path)
 	if err != nil {
 		return nil, fmt.Errorf("boltstore: %w", err)
@@ -166,6 +170,53 @@ func Open(dir string, opts Options) (s *Store, err error) {
 	s.wg.Add(1)
 	go s.commit()
 	return s, nil
+}
+
+// createIfMissing makes a new, empty store at path when there is none,
+// whole or not at all: it is built under another name and linked into
+// place, so that a crash during a first start never leaves an empty or
+// half-made tasks.db, which the next start would rightly take for a lost
+// one (dataProblem). A link, unlike a rename, never replaces a store that
+// another broker made meanwhile.
+func createIfMissing(path string, lockTimeout time.Duration) error {
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		return nil // there, or not ours to know: Open looks at it
+	}
+	tmp := path + ".new"
+	os.Remove(tmp) // a crash's leftover: it never held an acknowledged change
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("boltstore: create %s: %w", path, err)
+	}
+	err = prepare(db, path)
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp, path)
+		if errors.Is(err, os.ErrExist) {
+			err = nil // another broker made it first
+		}
+	}
+	os.Remove(tmp)
+	if err != nil {
+		return fmt.Errorf("boltstore: create %s: %w", path, err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes a folder's entries durable (a new file's name). Where a
+// folder cannot be synced (Windows), its entries are durable already.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("boltstore: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && runtime.GOOS != "windows" {
+		return fmt.Errorf("boltstore: sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // prepare checks the schema and the file's consistency, and creates the

@@ -349,3 +349,53 @@ func TestADamagedNewestCommitRecordIsRefused(t *testing.T) {
 	_, err = s.Get(context.Background(), "t2")
 	assert.ErrorIs(t, err, store.ErrNotFound, "the older commit record does not have t2")
 }
+
+// TestADamagedCommitRecordIsFoundAtAnyPageSize: a file made where pages
+// are 16 KiB (arm64, say), whose first commit record is damaged, is
+// refused here too: the other record is found where bbolt would find it.
+func TestADamagedCommitRecordIsFoundAtAnyPageSize(t *testing.T) {
+	for _, pageSize := range []int{8192, 16384, 65536} {
+		t.Run(fmt.Sprint(pageSize), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, boltstore.FileName)
+			db, err := bolt.Open(path, 0o600, &bolt.Options{PageSize: pageSize})
+			require.NoError(t, err)
+			require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+				for _, b := range []string{"meta", "tasks", "member", "open", "ctxopen", "ended"} {
+					if _, err := tx.CreateBucket([]byte(b)); err != nil {
+						return err
+					}
+				}
+				return tx.Bucket([]byte("meta")).Put([]byte("schema"), []byte(fmt.Sprint(boltstore.SchemaVersion)))
+			}))
+			require.NoError(t, db.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("tasks")).Put([]byte("t0"), []byte("{}")) }))
+			require.NoError(t, db.Close())
+			// Meta page 0: the one that tells where meta page 1 is.
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			_, err = f.WriteAt([]byte{0xff}, 16+30)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			_, err = boltstore.Open(dir, boltstore.Options{})
+			require.ErrorIs(t, err, boltstore.ErrDataLoss)
+		})
+	}
+}
+
+// TestAFirstStartCutShortLeavesNoStore: the store is made under another
+// name and linked into place, so a crash during a first start leaves no
+// tasks.db to refuse, only a leftover that the next start removes.
+func TestAFirstStartCutShortLeavesNoStore(t *testing.T) {
+	dir := t.TempDir()
+	leftover := filepath.Join(dir, boltstore.FileName+".new")
+	require.NoError(t, os.WriteFile(leftover, nil, 0o600)) // a first start killed mid-way
+	s := open(t, dir)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	_, err := os.Stat(leftover)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	s = open(t, dir)
+	defer s.Close()
+	_, err = s.Get(context.Background(), "t1")
+	assert.NoError(t, err)
+}

@@ -54,15 +54,17 @@ func dataProblem(path string) (string, error) {
 		return "it is too short to hold its two commit records", nil
 	}
 	size0, ok0 := validMeta(first[pageHeaderSize:])
-	pageSize := int64(os.Getpagesize())
+	var ok1 bool
 	if ok0 {
-		pageSize = int64(size0)
+		ok1 = metaAt(f, int64(size0))
+	} else {
+		// Where meta page 1 is depends on the page size that meta page 0
+		// would have told: look where bbolt looks, at every page size it
+		// knows (files move between machines of 4, 16 and 64 KiB pages).
+		for size := int64(1 << 10); size <= 1<<24 && !ok1; size <<= 1 {
+			ok1 = metaAt(f, size)
+		}
 	}
-	second := make([]byte, pageHeaderSize+metaSize)
-	if _, err := f.ReadAt(second, pageSize); err != nil {
-		return "it is too short to hold its two commit records", nil
-	}
-	_, ok1 := validMeta(second[pageHeaderSize:])
 	switch {
 	case ok0 && ok1, !ok0 && !ok1:
 		return "", nil
@@ -70,6 +72,17 @@ func dataProblem(path string) (string, error) {
 		return "its first commit record (meta page 0) is damaged: the last acknowledged changes may be lost", nil
 	}
 	return "its second commit record (meta page 1) is damaged: the last acknowledged changes may be lost", nil
+}
+
+// metaAt reports whether a sound meta page of page size pageSize is at
+// that offset (meta page 1's place for that size).
+func metaAt(f *os.File, pageSize int64) bool {
+	page := make([]byte, pageHeaderSize+metaSize)
+	if _, err := f.ReadAt(page, pageSize); err != nil {
+		return false
+	}
+	size, ok := validMeta(page[pageHeaderSize:])
+	return ok && int64(size) == pageSize
 }
 
 // validMeta reports whether m is a sound meta page of this format, and
