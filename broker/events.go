@@ -227,11 +227,15 @@ func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.
 	if err := wire.ValidateID("contextId", p.ContextID); err != nil {
 		return nil, wire.ErrInvalidParams.Withf("%v", err)
 	}
-	if p.Epoch == nil {
-		return nil, wire.ErrInvalidParams.Withf(`epoch: required (send "" when none is known)`)
+	// Neither epoch nor afterSeq asks where the session stands: a runtime
+	// that starts following it learns the epoch and the last seq, and
+	// replays nothing.
+	where := p.Epoch == nil && p.AfterSeq == nil
+	if p.Epoch == nil && !where {
+		return nil, wire.ErrInvalidParams.Withf(`epoch: required with afterSeq (send "" when none is known)`)
 	}
-	if p.AfterSeq == nil {
-		return nil, wire.ErrInvalidParams.Withf("afterSeq: required")
+	if p.AfterSeq == nil && !where {
+		return nil, wire.ErrInvalidParams.Withf("afterSeq: required with epoch")
 	}
 	res := wire.ReplayResult{Epoch: b.epoch, Events: []json.RawMessage{}}
 	s := b.events.session(p.ContextID, false)
@@ -247,6 +251,9 @@ func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.
 		e.Data.Epoch = b.epoch
 		e.Data.OldestSeq = oldest
 		return e
+	}
+	if where {
+		return res, nil
 	}
 	if *p.Epoch != b.epoch {
 		return nil, gap("the epoch is not the current one")

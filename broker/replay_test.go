@@ -295,3 +295,26 @@ func TestReplay_AnIdleSessionLetsItsEventsGo(t *testing.T) {
 	ev, _ := wire.DecodeEvent(r.Events[0])
 	assert.Equal(t, uint64(4), ev.Push.Seq)
 }
+
+// TestReplay_WhereTheSessionStands: without epoch and afterSeq, replay
+// answers the epoch and the last seq, and no events: where a runtime that
+// starts following the session begins.
+func TestReplay_WhereTheSessionStands(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	e.register("s1", "a")
+	b := e.register("s2", "b")
+	for range 3 {
+		_, err := b.call(wire.MethodSend, map[string]any{"to": "a", "oneway": true, "message": text("x")})
+		require.NoError(t, err)
+	}
+	res, err := e.call("s1", wire.MethodReplay, map[string]any{"contextId": "s1"})
+	require.NoError(t, err)
+	var r wire.ReplayResult
+	require.NoError(t, json.Unmarshal(res, &r))
+	assert.Equal(t, wire.ReplayResult{Epoch: e.broker.Epoch(), LastSeq: 3, Events: []json.RawMessage{}}, r)
+	// One without the other is still malformed.
+	_, err = e.call("s1", wire.MethodReplay, map[string]any{"contextId": "s1", "epoch": ""})
+	requireCode(t, err, wire.ErrInvalidParams)
+	_, err = e.call("s1", wire.MethodReplay, map[string]any{"contextId": "s1", "afterSeq": 0})
+	requireCode(t, err, wire.ErrInvalidParams)
+}

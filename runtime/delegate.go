@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -158,11 +159,6 @@ func (d *Delegate) renamedFrom(old string) {
 	d.pendingRename = old
 }
 
-// Spawn always fails with ErrNestedDelegation: delegates do not spawn.
-func (d *Delegate) Spawn(context.Context, wire.AgentCard) (*Delegate, error) {
-	return nil, ErrNestedDelegation
-}
-
 // credentials returns the token, or why the delegate cannot act.
 func (d *Delegate) credentials() (string, error) {
 	d.mu.Lock()
@@ -209,11 +205,13 @@ func (d *Delegate) do(ctx context.Context, call func(token string) error) error 
 	}
 }
 
-func (d *Delegate) taskCall(ctx context.Context, method string, params map[string]any) (*wire.Task, error) {
+// taskCall makes a call that answers a task; params builds the call's
+// params around the token (a copy: what the caller passed is never
+// changed).
+func (d *Delegate) taskCall(ctx context.Context, method string, params func(token string) any) (*wire.Task, error) {
 	var res wire.TaskResult
 	err := d.do(ctx, func(token string) error {
-		params["token"] = token
-		return d.r.call(ctx, method, params, &res)
+		return d.r.call(ctx, method, params(token), &res)
 	})
 	if err != nil {
 		return nil, err
@@ -222,50 +220,65 @@ func (d *Delegate) taskCall(ctx context.Context, method string, params map[strin
 	return res.Task, nil
 }
 
-// Peers lists every other live agent on the host, each with its session.
+// Peers lists every other live agent on the host, each with its session,
+// following the broker's pages.
 func (d *Delegate) Peers(ctx context.Context) ([]wire.AgentCard, error) {
-	var res wire.ListAgentsResult
-	err := d.do(ctx, func(token string) error {
-		return d.r.call(ctx, wire.MethodListAgents, wire.TokenParams{Token: token}, &res)
-	})
-	return res.Agents, err
+	var all []wire.AgentCard
+	p := wire.ListAgentsParams{PageParams: wire.PageParams{PageSize: wire.MaxPageSize}}
+	for {
+		var res wire.ListAgentsResult
+		err := d.do(ctx, func(token string) error {
+			p.Token = token
+			return d.r.call(ctx, wire.MethodListAgents, p, &res)
+		})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, res.Agents...)
+		if res.NextPageToken == "" {
+			return all, nil
+		}
+		p.PageToken = res.NextPageToken
+	}
 }
 
 // Send creates a task for a peer. to names it; "" lets the broker choose
 // the single peer of this session, else the single peer of the others.
+// metadata, when not nil, is kept with the task.
 func (d *Delegate) Send(ctx context.Context, to string, msg wire.Message, metadata map[string]any) (*wire.Task, error) {
-	p := map[string]any{"message": msg}
-	if to != "" {
-		p["to"] = to
-	}
+	var meta json.RawMessage
 	if metadata != nil {
-		p["metadata"] = metadata
+		var err error
+		if meta, err = json.Marshal(metadata); err != nil {
+			return nil, fmt.Errorf("runtime: metadata: %w", err)
+		}
 	}
-	return d.taskCall(ctx, wire.MethodSend, p)
+	return d.taskCall(ctx, wire.MethodSend, func(token string) any {
+		return wire.SendParams{Token: token, To: to, Message: &msg, Metadata: meta}
+	})
 }
 
 // Push sends a oneway message (no task); it returns the recipient's id.
 func (d *Delegate) Push(ctx context.Context, to string, msg wire.Message) (string, error) {
-	p := map[string]any{"message": msg, "oneway": true}
-	if to != "" {
-		p["to"] = to
-	}
 	var res wire.SendResult
 	err := d.do(ctx, func(token string) error {
-		p["token"] = token
-		return d.r.call(ctx, wire.MethodSend, p, &res)
+		return d.r.call(ctx, wire.MethodSend, wire.SendParams{Token: token, To: to, Message: &msg, Oneway: true}, &res)
 	})
 	return res.Delivered, err
 }
 
 // Reply adds a message to an open task the delegate is a member of.
 func (d *Delegate) Reply(ctx context.Context, taskID string, msg wire.Message) (*wire.Task, error) {
-	return d.taskCall(ctx, wire.MethodSend, map[string]any{"taskId": taskID, "message": msg})
+	return d.taskCall(ctx, wire.MethodSend, func(token string) any {
+		return wire.SendParams{Token: token, TaskID: taskID, Message: &msg}
+	})
 }
 
 // Task reads a task the delegate is a member of.
 func (d *Delegate) Task(ctx context.Context, taskID string) (*wire.Task, error) {
-	return d.taskCall(ctx, wire.MethodGetTask, map[string]any{"taskId": taskID})
+	return d.taskCall(ctx, wire.MethodGetTask, func(token string) any {
+		return wire.TaskParams{Token: token, TaskID: taskID}
+	})
 }
 
 // Tasks lists the delegate's tasks, oldest first, following the
@@ -305,19 +318,16 @@ func (d *Delegate) listTasks(ctx context.Context, state wire.State, role wire.Li
 // Update moves a task assigned to the delegate to a new state, with an
 // optional message and artifacts.
 func (d *Delegate) Update(ctx context.Context, taskID string, state wire.State, msg *wire.Message, artifacts ...wire.Artifact) (*wire.Task, error) {
-	p := map[string]any{"taskId": taskID, "state": state}
-	if msg != nil {
-		p["message"] = msg
-	}
-	if len(artifacts) > 0 {
-		p["artifacts"] = artifacts
-	}
-	return d.taskCall(ctx, wire.MethodUpdateTask, p)
+	return d.taskCall(ctx, wire.MethodUpdateTask, func(token string) any {
+		return wire.UpdateParams{Token: token, TaskID: taskID, State: state, Message: msg, Artifacts: artifacts}
+	})
 }
 
 // Cancel cancels a task the delegate requested.
 func (d *Delegate) Cancel(ctx context.Context, taskID string) (*wire.Task, error) {
-	return d.taskCall(ctx, wire.MethodCancelTask, map[string]any{"taskId": taskID})
+	return d.taskCall(ctx, wire.MethodCancelTask, func(token string) any {
+		return wire.TaskParams{Token: token, TaskID: taskID}
+	})
 }
 
 // Settle deregisters the delegate: its open tasks are closed (failed if
@@ -432,9 +442,6 @@ func (d *Delegate) handedOut(ev Event) {
 
 // resyncRetry is how long Wait waits before trying a failed Resync again.
 const resyncRetry = 200 * time.Millisecond
-
-// Waiting reports whether a Wait of the delegate is blocked for an event.
-func (d *Delegate) Waiting() bool { return d.waiters.Load() > 0 }
 
 // Wait returns the delegate's next event: a task event or push addressed
 // to it (never another session's, never another delegate's), or a Resync

@@ -6,7 +6,8 @@
 // it but has no A2A handle of its own: nothing on a Runtime sends a
 // message. Each Delegate is one delegate's handle: Peers, Send, Push,
 // Reply, Task, Tasks, Update, Cancel, Wait and Settle. A delegate cannot
-// spawn a delegate (ErrNestedDelegation).
+// spawn a delegate: a Delegate has no Spawn, so there is no nested
+// delegation to refuse.
 //
 // # Names
 //

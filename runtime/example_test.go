@@ -48,20 +48,3 @@ func Example() {
 	// discussant-2 got a task created by discussant
 	// discussant woke: completed yes
 }
-
-// A delegate cannot spawn a delegate.
-func ExampleDelegate_Spawn() {
-	ctx := context.Background()
-	bus := fakebus.New(fakebus.Config{})
-	b, _ := broker.New(bus, broker.Config{Logger: quiet()})
-	defer b.Close()
-	defer bus.Close()
-	sess, _ := bus.Session(ctx, "chat-1")
-	rt, _ := runtime.New(ctx, sess, runtime.Config{Logger: quiet()})
-	defer rt.Close()
-	d, _ := rt.Spawn(ctx, wire.AgentCard{Name: "worker"})
-	_, err := d.Spawn(ctx, wire.AgentCard{Name: "helper"})
-	fmt.Println(err)
-	// Output:
-	// runtime: a delegate cannot spawn a delegate
-}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/transport"
@@ -103,20 +102,15 @@ func (f *Feed) Epoch() string { return f.epoch }
 
 // sync learns the current epoch and last seq: nothing before is wanted.
 func (f *Feed) sync(ctx context.Context) error {
-	_, err := f.replay(ctx, "", 0)
-	var we *wire.Error
-	if !errors.As(err, &we) || !errors.Is(err, wire.ErrReplayGap) || we.Data == nil {
-		if err == nil {
-			err = errors.New("the broker accepted an empty epoch")
-		}
-		return fmt.Errorf("runtime: learn the broker's epoch: %w", err)
-	}
-	epoch := we.Data.Epoch
-	res, err := f.replay(ctx, epoch, math.MaxUint64)
+	raw, err := f.sess.Call(ctx, wire.MethodReplay, wire.ReplayParams{ContextID: f.sess.ID()})
 	if err != nil {
-		return fmt.Errorf("runtime: learn the session's last seq: %w", err)
+		return fmt.Errorf("runtime: learn where the session stands: %w", err)
 	}
-	f.epoch, f.next = epoch, res.LastSeq+1
+	var res wire.ReplayResult
+	if err := json.Unmarshal(raw, &res); err != nil || res.Epoch == "" {
+		return fmt.Errorf("runtime: learn where the session stands: a bad replay result")
+	}
+	f.epoch, f.next = res.Epoch, res.LastSeq+1
 	return nil
 }
 
@@ -289,17 +283,6 @@ func (f *Feed) enqueue(events []json.RawMessage, why string) int {
 	}
 	return n
 }
-
-// FeedStats counts what a Feed recovered.
-type FeedStats struct {
-	// Replayed counts events fetched by replay rather than received.
-	Replayed uint64
-	// Resets counts the Resets returned.
-	Resets uint64
-}
-
-// Stats returns what the feed has recovered so far.
-func (f *Feed) Stats() FeedStats { return FeedStats{Replayed: f.replayed, Resets: f.resets} }
 
 // resubscribe replaces a subscription that ended (a lost connection),
 // then replays what passed meanwhile.

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -165,4 +166,29 @@ func TestWaitEndsWhenThePipeBrokerIsGone(t *testing.T) {
 	_, err = d.Wait(ctx)
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Wait ends with the broker, not with its own deadline")
+}
+
+// TestADelegateHasNoWayToSpawn: no nested delegation (ADR 0162), by
+// construction.
+func TestADelegateHasNoWayToSpawn(t *testing.T) {
+	_, ok := reflect.TypeFor[*runtime.Delegate]().MethodByName("Spawn")
+	assert.False(t, ok)
+}
+
+// TestSettleEndsABlockedWait: a Wait already blocked when the delegate
+// settles returns ErrSettled.
+func TestSettleEndsABlockedWait(t *testing.T) {
+	e := newFaultEnv(t)
+	d, err := e.runtime(t, "chat-1").Spawn(ctxT(t), wire.AgentCard{Name: "worker"})
+	require.NoError(t, err)
+	waiting := make(chan error, 1)
+	go func() { _, err := d.Wait(context.Background()); waiting <- err }()
+	require.Eventually(t, d.Waiting, 10*time.Second, time.Millisecond, "the Wait is blocked before Settle")
+	require.NoError(t, d.Settle(context.Background()))
+	select {
+	case err := <-waiting:
+		assert.ErrorIs(t, err, runtime.ErrSettled)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait outlived Settle")
+	}
 }

@@ -19,9 +19,6 @@ var (
 	// ErrSettled is returned by a Delegate's methods after Settle, and by
 	// a Wait pending when it settled.
 	ErrSettled = errors.New("runtime: the delegate has settled")
-	// ErrNestedDelegation is returned by Delegate.Spawn: a delegate
-	// cannot spawn a delegate (ADR 0162).
-	ErrNestedDelegation = errors.New("runtime: a delegate cannot spawn a delegate")
 	// ErrClosed is returned after the Runtime is closed.
 	ErrClosed = errors.New("runtime: closed")
 )
@@ -183,21 +180,39 @@ func (r *Runtime) Spawn(ctx context.Context, card wire.AgentCard) (*Delegate, er
 	}
 	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
 	d := &Delegate{r: r, instance: uuid.NewString(), asked: card.Name, card: card, seen: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
-	// Named and routable in one step: no event for it is routed meanwhile.
+	admitted, err := r.admit(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	if !admitted {
+		// The runtime closed while the delegate registered: take the
+		// registration back, here, before answering (Close settles only
+		// the delegates it knows).
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		_ = d.Settle(sctx) // best effort: the broker's orphan handling covers a failure
+		return nil, ErrClosed
+	}
+	return d, nil
+}
+
+// admit registers d and makes it routable in one step (no event for it is
+// routed meanwhile). It reports false when the runtime closed meanwhile:
+// d is registered, and the caller settles it.
+func (r *Runtime) admit(ctx context.Context, d *Delegate) (bool, error) {
 	r.naming.Lock()
 	defer r.naming.Unlock()
 	if err := d.registerLocked(ctx); err != nil {
-		return nil, err
+		return false, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		go d.Settle(context.Background()) //nolint:errcheck // best effort; the runtime is gone
-		return nil, ErrClosed
+		return false, nil
 	}
 	r.delegates[d] = struct{}{}
 	r.byID[d.ID()] = d
-	return d, nil
+	return true, nil
 }
 
 // rename moves a delegate's routing entry to its new agentId.

@@ -90,8 +90,8 @@ var (
 	ErrBusy = sentinel(numericBusy, CodeBusy, "busy")
 )
 
-// Codes lists every row of the error table, in the protocol's order.
-var Codes = []*Error{
+// codes lists every row of the error table, in the protocol's order.
+var codes = []*Error{
 	ErrUnknownTask, ErrUnknownAgent, ErrNoPeers, ErrAmbiguousPeer,
 	ErrCrossContextDenied, ErrTaskLimit, ErrUnauthorized,
 	ErrInvalidTransition, ErrReplayGap, ErrAgentLimit, ErrBusy,

@@ -246,15 +246,6 @@ type NotificationHead struct {
 	Epoch string
 }
 
-// Session returns the session a notification is to be delivered to:
-// recipientContextId, else contextId.
-func (h NotificationHead) Session() string {
-	if h.RecipientContextID != "" {
-		return h.RecipientContextID
-	}
-	return h.ContextID
-}
-
 // DecodeNotificationHead reads the routing fields of a notification.
 func DecodeNotificationHead(raw []byte) (NotificationHead, error) {
 	var n struct {

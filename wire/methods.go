@@ -143,12 +143,13 @@ type UpdateParams struct {
 	Artifacts []Artifact `json:"artifacts,omitempty"`
 }
 
-// ReplayParams are the params of a2a.events.replay. Both Epoch and AfterSeq
-// are required; pointers keep their presence.
+// ReplayParams are the params of a2a.events.replay: Epoch and AfterSeq
+// together, or neither (where the session stands); pointers keep their
+// presence.
 type ReplayParams struct {
 	ContextID string  `json:"contextId"`
-	Epoch     *string `json:"epoch"`
-	AfterSeq  *uint64 `json:"afterSeq"`
+	Epoch     *string `json:"epoch,omitempty"`
+	AfterSeq  *uint64 `json:"afterSeq,omitempty"`
 }
 
 // ReplayResult is the result of a2a.events.replay: whole notifications, in

@@ -61,12 +61,12 @@ const (
 	StateRejected      State = "rejected"
 )
 
-// States lists every state, open ones first.
-var States = []State{StateSubmitted, StateWorking, StateInputRequired, StateCompleted, StateFailed, StateCanceled, StateRejected}
+// states lists every state, open ones first.
+var states = []State{StateSubmitted, StateWorking, StateInputRequired, StateCompleted, StateFailed, StateCanceled, StateRejected}
 
 // Valid reports whether s is one of the seven states.
 func (s State) Valid() bool {
-	for _, v := range States {
+	for _, v := range states {
 		if s == v {
 			return true
 		}

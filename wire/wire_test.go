@@ -87,13 +87,13 @@ func TestStates(t *testing.T) {
 	assert.False(t, wire.State("done").Terminal())
 }
 
-func TestDecodeNotificationHeadFallsBackToContextId(t *testing.T) {
+func TestDecodeNotificationHead(t *testing.T) {
 	h, err := wire.DecodeNotificationHead([]byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"contextId":"old","seq":3}}`))
 	require.NoError(t, err)
-	assert.Equal(t, "old", h.Session(), "an older producer's event goes to contextId")
-	h, err = wire.DecodeNotificationHead([]byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"new","contextId":"old"}}`))
+	assert.Equal(t, wire.NotificationHead{Method: "a2a.push", ContextID: "old", Seq: 3}, h, "an older producer's event has no recipientContextId")
+	h, err = wire.DecodeNotificationHead([]byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"new","contextId":"old","epoch":"e"}}`))
 	require.NoError(t, err)
-	assert.Equal(t, "new", h.Session())
+	assert.Equal(t, wire.NotificationHead{Method: "a2a.push", RecipientContextID: "new", ContextID: "old", Epoch: "e"}, h)
 }
 
 func TestParamsMatchMembersByExactName(t *testing.T) {

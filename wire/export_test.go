@@ -1,0 +1,7 @@
+package wire
+
+// Codes and States let the tests walk the tables.
+var (
+	Codes  = codes
+	States = states
+)
