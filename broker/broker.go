@@ -79,7 +79,8 @@ type Config struct {
 	Retention store.Retention
 	// BusName names the bus for a2a.admin.info ("nats", "pipe", ...).
 	BusName string
-	// Logger receives the broker's logs. nil means slog.Default().
+	// Logger receives the broker's logs. nil discards them: a library
+	// logs only where its caller says.
 	Logger *slog.Logger
 	// Now is the clock, for tests. nil means time.Now.
 	Now func() time.Time
@@ -122,7 +123,8 @@ type method struct {
 
 // New starts a broker on bus: it calls bus.Serve with itself. Whoever made
 // bus closes it, before closing the broker.
-func New(bus transport.Bus, cfg Config) (*Broker, error) {
+// withDefaults fills in the zero fields of cfg.
+func (cfg Config) withDefaults() Config {
 	if cfg.Store == nil {
 		cfg.Store = store.NewMemory()
 	}
@@ -153,11 +155,20 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	cfg.Retention.MaxAge = max(cfg.Retention.MaxAge, 0)
 	cfg.Retention.MaxTerminal = max(cfg.Retention.MaxTerminal, 0)
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	return cfg
+}
+
+// New starts a broker on bus: it calls bus.Serve with itself. ctx bounds
+// the start (the store's reading of open tasks). Whoever made bus closes
+// it, before closing the broker. When New fails, it has stopped what it
+// started.
+func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
+	cfg = cfg.withDefaults()
 	limits, err := limitsFor(bus, cfg)
 	if err != nil {
 		return nil, err
@@ -195,12 +206,14 @@ func New(bus transport.Bus, cfg Config) (*Broker, error) {
 	if p, ok := bus.(transport.HostMethodProvider); ok {
 		for name, fn := range p.HostMethods() {
 			if _, taken := b.methods[name]; taken {
+				b.cancel()
 				return nil, fmt.Errorf("broker: bus method %q clashes with a broker method", name)
 			}
 			b.methods[name] = method{host: true, serve: hostMethod(fn)}
 		}
 	}
-	if err := b.startOrphanSweep(b.ctx); err != nil {
+	if err := b.startOrphanSweep(ctx); err != nil {
+		b.cancel()
 		return nil, err
 	}
 	b.startHousekeeping()

@@ -8,7 +8,7 @@
 // store.Store.
 //
 //	bus := fakebus.New(fakebus.Config{})
-//	b, err := broker.New(bus, broker.Config{})
+//	b, err := broker.New(context.Background(), bus, broker.Config{})
 //	...
 //	defer b.Close()
 //	defer bus.Close()

@@ -132,7 +132,8 @@ var errTooLarge = errors.New("notification over the payload limit")
 // head. A notification over the payload limit is neither numbered nor
 // sent (errTooLarge): a task event never is one (the task limit sees to
 // it), a push may be.
-func (l *eventLog) emit(b *Broker, recipient, session, fromSession, method string, params func(wire.EventHead) any) error {
+func (b *Broker) emit(recipient, session, fromSession, method string, params func(wire.EventHead) any) error {
+	l := &b.events
 	s := l.session(session, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()

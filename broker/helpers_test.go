@@ -67,7 +67,7 @@ func newEnvWrapped(t testing.TB, cfg broker.Config, bcfg fakebus.Config, wrap fu
 	if wrap != nil {
 		served = wrap(bus)
 	}
-	b, err := broker.New(served, cfg)
+	b, err := broker.New(context.Background(), served, cfg)
 	require.NoError(t, err)
 	e := &env{t: t, bus: bus, broker: b, sessions: map[string]*session{}, codes: map[int]int{}}
 	t.Cleanup(func() {

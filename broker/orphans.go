@@ -38,6 +38,7 @@ func (b *Broker) startOrphanSweep(ctx context.Context) error {
 	if tasks == 0 {
 		return nil
 	}
+	// ctx bounded the reading above; the sweep runs under the broker's.
 	b.reg.mu.Lock()
 	b.reg.orphans = waiting
 	b.reg.mu.Unlock()

@@ -236,13 +236,11 @@ func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wir
 	return a, nil
 }
 
-// withCaller decodes token-bearing params into v, authenticates, and runs
-// fn as the caller, held for fn's length unless fn is to take its own
-// holds (hold false). The token outranks the params' shape: a bad token
-// is A2A_UNAUTHORIZED even when other params are malformed.
-func (b *Broker) withCaller(from transport.Caller, params json.RawMessage, v any, token *string, hold bool, fn func(a *agent) (any, *wire.Error)) (any, *wire.Error) {
-	shapeErr := wire.DecodeParams(params, v)
-	if shapeErr != nil {
+// caller decodes token-bearing params into v and authenticates the token
+// they carry. The token outranks the params' shape: a bad token is
+// A2A_UNAUTHORIZED even when other params are malformed.
+func (b *Broker) caller(from transport.Caller, params json.RawMessage, v any, token *string) (*agent, *wire.Error) {
+	if shapeErr := wire.DecodeParams(params, v); shapeErr != nil {
 		var tp struct {
 			Token json.RawMessage `json:"token"`
 		}
@@ -254,12 +252,15 @@ func (b *Broker) withCaller(from transport.Caller, params json.RawMessage, v any
 		}
 		return nil, shapeErr
 	}
-	a, err := b.authenticate(from, *token)
+	return b.authenticate(from, *token)
+}
+
+// heldCaller is caller, then fn run as the caller, held for fn's length
+// (see agent): a deregistration waits for fn, or fn sees it done.
+func (b *Broker) heldCaller(from transport.Caller, params json.RawMessage, v any, token *string, fn func(a *agent) (any, *wire.Error)) (any, *wire.Error) {
+	a, err := b.caller(from, params, v, token)
 	if err != nil {
 		return nil, err
-	}
-	if !hold {
-		return fn(a)
 	}
 	if !a.enter() {
 		return nil, errRevoked()
@@ -270,7 +271,26 @@ func (b *Broker) withCaller(from transport.Caller, params json.RawMessage, v any
 
 func errRevoked() *wire.Error { return wire.ErrUnauthorized.Withf("unknown or revoked token") }
 
-func (b *Broker) register(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) register(_ context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+	p, err := b.registration(from, params)
+	if err != nil {
+		return nil, err
+	}
+	token := randomHex(32)
+	a := &agent{name: p.Card.Name, instance: p.InstanceID, session: p.ContextID, tokenHash: hashToken(token)}
+	card := *p.Card
+	at := wire.NewTime(b.cfg.Now())
+	card.ContextID, card.RegisteredAt = p.ContextID, &at
+	if err := b.admit(a, &card); err != nil {
+		return nil, err
+	}
+	b.log.Debug("agent registered", "agentId", a.id, "contextId", a.session)
+	return wire.RegisterResult{AgentID: a.id, Token: token, InstanceID: a.instance, Card: card}, nil
+}
+
+// registration decodes and checks register's params; it makes an
+// instance id when there is none.
+func (b *Broker) registration(from transport.Caller, params json.RawMessage) (*wire.RegisterParams, *wire.Error) {
 	var p wire.RegisterParams
 	shapeErr := wire.DecodeParams(params, &p)
 	if claimsOtherSession(from, params) {
@@ -293,30 +313,37 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, params jso
 	} else if err := wire.ValidateID("instanceId", p.InstanceID); err != nil {
 		return nil, wire.ErrInvalidParams.Withf("%v", err)
 	}
+	return &p, nil
+}
 
-	token := randomHex(32)
-	a := &agent{
-		name:      p.Card.Name,
-		instance:  p.InstanceID,
-		session:   p.ContextID,
-		tokenHash: hashToken(token),
-	}
-	card := *p.Card
-	at := wire.NewTime(b.cfg.Now())
-	card.ContextID = p.ContextID
-	card.RegisteredAt = &at
+// maxSuffix is the most bytes uniquifying can add to a name ("-" and a
+// counter).
+const maxSuffix = 12
 
+// admit names a (its agentId) and indexes it with its card, replacing the
+// instance's live registration in the same session. Everything that can
+// refuse it is checked before the old registration is revoked: a refused
+// registration leaves the old one as it was.
+func (b *Broker) admit(a *agent, card *wire.AgentCard) *wire.Error {
 	// One registration or departure of an instance at a time.
-	unlockInstance := b.lockInstance(p.InstanceID)
+	unlockInstance := b.lockInstance(a.instance)
 	defer unlockInstance()
 	r := &b.reg
 	r.mu.RLock()
-	old := r.byInstance[p.InstanceID]
+	old := r.byInstance[a.instance]
+	capsErr := b.capsAllow(old, a.session)
 	r.mu.RUnlock()
+	if old != nil && old.session != a.session {
+		return wire.ErrInvalidParams.Withf("instanceId is live in another session")
+	}
+	if capsErr != nil {
+		return capsErr
+	}
+	card.AgentID = a.name
+	if enc, err := json.Marshal(card); err != nil || len(enc)+maxSuffix > wire.MaxCardBytes {
+		return wire.ErrInvalidParams.Withf("card: more than %d bytes encoded", wire.MaxCardBytes-maxSuffix)
+	}
 	if old != nil {
-		if old.session != p.ContextID {
-			return nil, wire.ErrInvalidParams.Withf("instanceId is live in another session")
-		}
 		// The same delegate registering again in its session replaces its
 		// registration: a new token, the old one revoked, its tasks left
 		// open. revoke waits for the old registration's running
@@ -325,34 +352,20 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, params jso
 		old.revoke()
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if old != nil {
 		r.remove(old)
-		if old.name == p.Card.Name {
+		if old.name == a.name {
 			a.id = old.id // removed above, in this same critical section: free
 		}
 	}
 	if a.id == "" {
-		a.id = r.uniqueID(p.Card.Name)
+		a.id = r.uniqueID(a.name)
 	}
 	card.AgentID = a.id
-	enc, err := json.Marshal(card)
-	if err != nil {
-		r.mu.Unlock()
-		return nil, wire.ErrInvalidParams.Withf("card: %v", err)
-	}
-	if len(enc) > wire.MaxCardBytes {
-		r.mu.Unlock()
-		return nil, wire.ErrInvalidParams.Withf("card: %d bytes encoded; at most %d", len(enc), wire.MaxCardBytes)
-	}
-	if err := b.capsAllow(old, p.ContextID); err != nil {
-		r.mu.Unlock()
-		return nil, err
-	}
-	a.card = enc
+	a.card, _ = json.Marshal(card) // checked above, but for the suffix
 	r.add(a)
-	r.mu.Unlock()
-	b.log.Debug("agent registered", "agentId", a.id, "contextId", a.session)
-	return wire.RegisterResult{AgentID: a.id, Token: token, InstanceID: a.instance, Card: card}, nil
+	return nil
 }
 
 // capsAllow checks the live-agent caps for a new registration in
@@ -416,7 +429,7 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 
 func (b *Broker) listAgents(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.ListAgentsParams
-	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		size, err := pageSize(p.PageParams)
 		if err != nil {
 			return nil, err

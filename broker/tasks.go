@@ -34,38 +34,40 @@ func (b *Broker) lockTask(id string) func() {
 func (b *Broker) send(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.SendParams
 	// send takes its own holds: a new task needs both members held.
-	return b.withCaller(from, params, &p, &p.Token, false, func(self *agent) (any, *wire.Error) {
-		if p.Message == nil {
-			return nil, wire.ErrInvalidParams.Withf("message: required")
-		}
-		if err := p.Message.Validate("message"); err != nil {
-			return nil, wire.ErrInvalidParams.Withf("%v", err)
-		}
-		if err := validObject("metadata", p.Metadata); err != nil {
-			return nil, err
-		}
-		if p.TaskID != "" {
-			if p.Oneway {
-				return nil, wire.ErrInvalidParams.Withf("oneway cannot be combined with taskId")
-			}
-			if !self.enter() {
-				return nil, errRevoked()
-			}
-			defer self.leave()
-			return b.sendOnTask(ctx, self, &p)
-		}
-		if p.To == self.id {
-			return nil, wire.ErrInvalidParams.Withf("to: an agent cannot send to itself")
-		}
-		peer, err := b.resolvePeer(self, p.To)
-		if err != nil {
-			return nil, err
-		}
+	self, err := b.caller(from, params, &p, &p.Token)
+	if err != nil {
+		return nil, err
+	}
+	if p.Message == nil {
+		return nil, wire.ErrInvalidParams.Withf("message: required")
+	}
+	if err := p.Message.Validate("message"); err != nil {
+		return nil, wire.ErrInvalidParams.Withf("%v", err)
+	}
+	if err := validObject("metadata", p.Metadata); err != nil {
+		return nil, err
+	}
+	if p.TaskID != "" {
 		if p.Oneway {
-			return b.push(self, peer, p.Message)
+			return nil, wire.ErrInvalidParams.Withf("oneway cannot be combined with taskId")
 		}
-		return b.createTask(ctx, self, peer, &p)
-	})
+		if !self.enter() {
+			return nil, errRevoked()
+		}
+		defer self.leave()
+		return b.sendOnTask(ctx, self, &p)
+	}
+	if p.To == self.id {
+		return nil, wire.ErrInvalidParams.Withf("to: an agent cannot send to itself")
+	}
+	peer, err := b.resolvePeer(self, p.To)
+	if err != nil {
+		return nil, err
+	}
+	if p.Oneway {
+		return b.push(self, peer, p.Message)
+	}
+	return b.createTask(ctx, self, peer, &p)
 }
 
 func validObject(field string, raw json.RawMessage) *wire.Error {
@@ -140,7 +142,7 @@ func (b *Broker) push(self, peer *agent, m *wire.Message) (any, *wire.Error) {
 	defer self.leave()
 	defer peer.leave()
 	msg := b.stamp(*m, self, wire.RoleUser, "", self.session)
-	err := b.events.emit(b, peer.id, peer.session, self.session, wire.NotifyPush, func(h wire.EventHead) any {
+	err := b.emit(peer.id, peer.session, self.session, wire.NotifyPush, func(h wire.EventHead) any {
 		return &wire.Push{EventHead: h, From: self.id, Message: &msg}
 	})
 	if errors.Is(err, errTooLarge) {
@@ -355,7 +357,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 
 func (b *Broker) getTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.TaskParams
-	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		rec, _, err := b.loadTask(ctx, self, p.TaskID)
 		if err != nil {
 			return nil, err
@@ -366,7 +368,7 @@ func (b *Broker) getTask(ctx context.Context, from transport.Caller, params json
 
 func (b *Broker) listTasks(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.ListTasksParams
-	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		q := store.Query{Instance: self.instance, State: p.State}
 		if p.State != "" && !p.State.Valid() {
 			return nil, wire.ErrInvalidParams.Withf("state: %s is not a task state", quote(string(p.State)))
@@ -421,7 +423,7 @@ func (b *Broker) eachPage(ctx context.Context, q store.Query, fn func([]*store.R
 
 func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.UpdateParams
-	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		switch p.State {
 		case wire.StateWorking, wire.StateInputRequired, wire.StateCompleted, wire.StateFailed, wire.StateRejected:
 		default:
@@ -466,7 +468,7 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 
 func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.TaskParams
-	return b.withCaller(from, params, &p, &p.Token, true, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		rec, m, werr := b.loadTask(ctx, self, p.TaskID)
 		if werr != nil {
 			return nil, werr
@@ -582,7 +584,7 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 // notifyTask publishes an a2a.task.event about task to one member.
 func (b *Broker) notifyTask(t *wire.Task, recipient, recipientSession, fromSession string, kind wire.EventKind, msg *wire.Message) {
 	bare := t.WithoutHistory()
-	b.events.emit(b, recipient, recipientSession, fromSession, wire.NotifyTaskEvent, func(h wire.EventHead) any {
+	b.emit(recipient, recipientSession, fromSession, wire.NotifyTaskEvent, func(h wire.EventHead) any {
 		return &wire.TaskEvent{EventHead: h, TaskID: t.ID, Kind: kind, Task: bare, Message: msg, Final: t.Status.State.Terminal()}
 	})
 }

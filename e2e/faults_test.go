@@ -105,7 +105,7 @@ func waitFinal(t *testing.T, d *runtime.Delegate, taskID string) wire.State {
 func TestRuntimeReconnectsMidTask(t *testing.T) {
 	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
 	require.NoError(t, err)
-	b, err := broker.New(bus, broker.Config{Logger: quiet()})
+	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
 	require.NoError(t, err)
 	defer func() { bus.Close(); b.Close() }()
 	p := newProxy(t, strings.TrimPrefix(bus.URL(), "nats://"))

@@ -99,7 +99,7 @@ func hostileEnvs(t *testing.T) []hostileEnv {
 	{
 		bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
 		require.NoError(t, err)
-		b, err := broker.New(bus, broker.Config{Logger: quiet()})
+		b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
 		require.NoError(t, err)
 		// A host's requests on a session's subject are answered in that
 		// session's inbox only.
@@ -125,7 +125,7 @@ func hostileEnvs(t *testing.T) []hostileEnv {
 		respR, respW, err := os.Pipe()
 		require.NoError(t, err)
 		bus := pipebus.New(reqR, respW, pipebus.Config{Logger: quiet()})
-		b, err := broker.New(bus, broker.Config{Logger: quiet()})
+		b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
 		require.NoError(t, err)
 		t.Cleanup(func() { reqW.Close(); bus.Close(); b.Close(); respR.Close() })
 		envs = append(envs, hostileEnv{"pipe", &pipeRaw{w: reqW, out: bufio.NewReaderSize(respR, 1<<20)}, nil})

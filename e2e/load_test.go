@@ -41,7 +41,7 @@ func TestLoad(t *testing.T) {
 	const sessions, perSession, outstanding = 200, 4, 2
 	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
 	require.NoError(t, err)
-	b, err := broker.New(bus, broker.Config{Logger: quiet(), MaxTasksPerContext: 1000})
+	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet(), MaxTasksPerContext: 1000})
 	require.NoError(t, err)
 	defer func() { bus.Close(); b.Close() }()
 

@@ -49,7 +49,7 @@ func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	bus, err := natsbus.New(natsbus.Config{Logger: log})
 	require.NoError(t, err)
-	b, err := broker.New(bus, broker.Config{Logger: log})
+	b, err := broker.New(context.Background(), bus, broker.Config{Logger: log})
 	require.NoError(t, err)
 	defer func() { bus.Close(); b.Close() }()
 	host, err := bus.Connect(natsbus.ClientConfig{Logger: log})

@@ -98,12 +98,14 @@ type Config struct {
 	Broker broker.Config
 	// Runtime configures each session's runtime.
 	Runtime runtime.Config
-	// Logger receives the host's logs. nil means slog.Default().
+	// Logger receives the host's logs, and the broker's and the bus's when
+	// they run in this process. nil discards them: a library logs only
+	// where its caller says.
 	Logger *slog.Logger
 }
 
-// store opens the store of an in-process broker.
-func (h *Host) store() error {
+// openDataDir opens the durable store of a broker in this process.
+func (h *Host) openDataDir() error {
 	if h.cfg.Broker.Store != nil || h.cfg.DataDir == "" {
 		return nil
 	}
@@ -111,9 +113,15 @@ func (h *Host) store() error {
 	if err != nil {
 		return err
 	}
-	h.closers = append(h.closers, st.Close)
+	h.closers = append(h.closers, closer{"store", st.Close})
 	h.cfg.Broker.Store = st
 	return nil
+}
+
+// closer is one thing Close closes, named for the tests of the order.
+type closer struct {
+	name  string
+	close func() error
 }
 
 // Host is a host's connection to the broker.
@@ -122,14 +130,14 @@ type Host struct {
 	client   transport.Client
 	rejoiner *rejoiner // for a broker in another process
 	desc     string
-	closers  []func() error // in reverse order of creation
+	closers  []closer // closed last first
 }
 
 // Open connects to the broker, starting it first when it is to run in
 // this process or as a child.
 func Open(ctx context.Context, cfg Config) (*Host, error) {
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Broker.Logger == nil {
 		cfg.Broker.Logger = cfg.Logger
@@ -147,12 +155,12 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		if cfg.ConnectionFile != "" {
 			err = h.dialNATS(ctx, cfg.ConnectionFile)
 		} else {
-			err = h.embedNATS()
+			err = h.embedNATS(ctx)
 		}
 	case Pipe:
 		err = h.startPipe(ctx)
 	case Fake:
-		err = h.fake()
+		err = h.startFakeBus(ctx)
 	default:
 		err = fmt.Errorf("%w: %v", ErrUnknownBus, cfg.Bus)
 	}
@@ -163,25 +171,22 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 	return h, nil
 }
 
-func (h *Host) embedNATS() error {
-	if err := h.store(); err != nil {
+func (h *Host) embedNATS(ctx context.Context) error {
+	if err := h.openDataDir(); err != nil {
 		return err
 	}
 	bus, err := natsbus.New(natsbus.Config{MaxMessageBytes: h.cfg.Broker.MaxMessageBytes, Logger: h.cfg.Logger})
 	if err != nil {
 		return err
 	}
-	h.closers = append(h.closers, bus.Close)
-	b, err := broker.New(bus, h.cfg.Broker)
-	if err != nil {
+	if err := h.serve(ctx, bus); err != nil {
 		return err
 	}
-	h.closers = append(h.closers, b.Close)
 	c, err := bus.Connect(natsbus.ClientConfig{})
 	if err != nil {
 		return err
 	}
-	h.closers = append(h.closers, c.Close)
+	h.closers = append(h.closers, closer{"client", c.Close})
 	h.client = c
 	h.desc = "nats (embedded server " + bus.URL() + ", in-process connections)"
 	return nil
@@ -246,24 +251,35 @@ func (h *Host) rejoin(ctx context.Context, dial dialer) error {
 	if err != nil {
 		return err
 	}
-	h.closers = append(h.closers, r.Close)
+	h.closers = append(h.closers, closer{"client", r.Close})
 	h.client, h.rejoiner = r, r
 	return nil
 }
 
-func (h *Host) fake() error {
-	if err := h.store(); err != nil {
+func (h *Host) startFakeBus(ctx context.Context) error {
+	if err := h.openDataDir(); err != nil {
 		return err
 	}
 	bus := fakebus.New(fakebus.Config{})
-	h.closers = append(h.closers, bus.Close)
-	b, err := broker.New(bus, h.cfg.Broker)
-	if err != nil {
+	if err := h.serve(ctx, bus); err != nil {
 		return err
 	}
-	h.closers = append(h.closers, b.Close)
 	h.client = bus
 	h.desc = "fake (in memory)"
+	return nil
+}
+
+// serve starts a broker on bus, in this process. They close as
+// broker.New says: the bus first (no request is served any more, and the
+// running ones finish), then the broker, then (a closer registered
+// before) the store.
+func (h *Host) serve(ctx context.Context, bus transport.Bus) error {
+	b, err := broker.New(ctx, bus, h.cfg.Broker)
+	if err != nil {
+		bus.Close()
+		return err
+	}
+	h.closers = append(h.closers, closer{"broker", b.Close}, closer{"bus", bus.Close})
 	return nil
 }
 
@@ -326,7 +342,7 @@ func (h *Host) Session(ctx context.Context, id string) (*runtime.Runtime, error)
 func (h *Host) Close() error {
 	var errs []error
 	for i := len(h.closers) - 1; i >= 0; i-- {
-		errs = append(errs, h.closers[i]())
+		errs = append(errs, h.closers[i].close())
 	}
 	h.closers = nil
 	return errors.Join(errs...)

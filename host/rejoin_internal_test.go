@@ -126,7 +126,7 @@ func TestRejoinerCloseEndsAWaitingCall(t *testing.T) {
 // realBroker is a fake bus served by a real broker.
 func realBroker(t *testing.T) *fakebus.Bus {
 	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(bus, broker.Config{Logger: quietLog()})
+	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quietLog()})
 	require.NoError(t, err)
 	t.Cleanup(func() { bus.Close(); b.Close() })
 	return bus
@@ -188,4 +188,26 @@ func TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd(t *testing.T) 
 	require.NoError(t, err, "the session is open and a healthy broker is next: the feed goes on")
 	require.NotNil(t, it.Reset, "with a new epoch")
 	assert.GreaterOrEqual(t, dials.Load(), int32(3))
+}
+
+// TestABrokerInThisProcessClosesAfterItsBus: Close closes the bus (no
+// request is served any more; running ones finish), then the broker, then
+// the store, as broker.New says.
+func TestABrokerInThisProcessClosesAfterItsBus(t *testing.T) {
+	for _, kind := range []BusKind{NATS, Fake} {
+		t.Run(kind.String(), func(t *testing.T) {
+			h, err := Open(context.Background(), Config{Bus: kind, DataDir: t.TempDir()})
+			require.NoError(t, err)
+			var order []string
+			for i := len(h.closers) - 1; i >= 0; i-- {
+				order = append(order, h.closers[i].name)
+			}
+			want := []string{"bus", "broker", "store"}
+			if kind == NATS {
+				want = append([]string{"client"}, want...) // in-process connections first
+			}
+			assert.Equal(t, want, order)
+			require.NoError(t, h.Close())
+		})
+	}
 }

@@ -81,7 +81,7 @@ type Config struct {
 	// CloseGrace is how long Close lets the requests being served finish
 	// before it cancels them. 0 means DefaultCloseGrace.
 	CloseGrace time.Duration
-	// Logger receives the bus's logs. nil means slog.Default().
+	// Logger receives the bus's logs. nil discards them.
 	Logger *slog.Logger
 }
 
@@ -147,7 +147,7 @@ func New(cfg Config) (*Bus, error) {
 		cfg.CloseGrace = DefaultCloseGrace
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.Server.MaxMessageBytes = cfg.MaxMessageBytes
 	if cfg.Server.Logger == nil {
@@ -169,6 +169,7 @@ func New(cfg Config) (*Bus, error) {
 	if cfg.URL == "" {
 		srv, err := StartServer(cfg.Server)
 		if err != nil {
+			b.cancel()
 			return nil, err
 		}
 		b.server = srv
@@ -189,6 +190,7 @@ func New(cfg Config) (*Bus, error) {
 	}
 	nc, err := nats.Connect(b.url, opts...)
 	if err != nil {
+		b.cancel()
 		if b.server != nil {
 			b.server.Close()
 		}

@@ -38,7 +38,7 @@ type ClientConfig struct {
 	Buffer int
 	// NoReconnect makes a lost connection final instead of retried.
 	NoReconnect bool
-	// Logger receives the client's logs. nil means slog.Default().
+	// Logger receives the client's logs. nil discards them.
 	Logger *slog.Logger
 
 	inProcess nats.InProcessConnProvider
@@ -127,7 +127,7 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{},
 		inbox: make(chan *nats.Msg, inboxSize), routes: map[*nats.Subscription]*fanout.Sub{}, gone: make(chan struct{})}

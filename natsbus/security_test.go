@@ -21,7 +21,7 @@ import (
 func brokerOn(t *testing.T) *natsbus.Bus {
 	t.Helper()
 	b := newBus(t)
-	br, err := broker.New(b, broker.Config{Logger: quiet()})
+	br, err := broker.New(context.Background(), b, broker.Config{Logger: quiet()})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close(); br.Close() })
 	return b
@@ -263,7 +263,7 @@ func TestExternalServerHasNoSessionsMethods(t *testing.T) {
 	url, token := externalServer(t)
 	b, err := natsbus.New(natsbus.Config{URL: strings.Replace(url, "nats://", "nats://"+token+"@", 1), Logger: quiet()})
 	require.NoError(t, err)
-	br, err := broker.New(b, broker.Config{Logger: quiet()})
+	br, err := broker.New(context.Background(), b, broker.Config{Logger: quiet()})
 	require.NoError(t, err)
 	defer func() { b.Close(); br.Close() }()
 	assert.NotContains(t, b.URL(), token, "the URL shown carries no credential")

@@ -66,7 +66,7 @@ type ServerConfig struct {
 	// 0 means 10 seconds.
 	StartTimeout time.Duration
 	// Logger receives the server's logs (its notices at debug level).
-	// nil means slog.Default().
+	// nil discards them.
 	Logger *slog.Logger
 }
 
@@ -126,7 +126,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		cfg.StartTimeout = 10 * time.Second
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	limits := wire.NewLimits(cfg.MaxMessageBytes)
 	if cfg.MaxConnectionsPerSession <= 0 {

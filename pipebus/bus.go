@@ -48,7 +48,7 @@ type Config struct {
 	// (and answers them) before it cancels them. 0 means
 	// DefaultCloseGrace.
 	CloseGrace time.Duration
-	// Logger receives the bus's logs. nil means slog.Default().
+	// Logger receives the bus's logs. nil discards them.
 	Logger *slog.Logger
 }
 
@@ -117,7 +117,7 @@ func New(r io.Reader, w io.Writer, cfg Config) *Bus {
 		cfg.CloseGrace = DefaultCloseGrace
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bus{cfg: cfg, r: r, w: w, log: cfg.Logger, ctx: ctx, cancel: cancel,

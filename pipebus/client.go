@@ -31,7 +31,7 @@ type ClientConfig struct {
 	// Buffer is each subscription's buffer. 0 means
 	// transport.DefaultSubscriptionBuffer.
 	Buffer int
-	// Logger receives the client's logs. nil means slog.Default().
+	// Logger receives the client's logs. nil discards them.
 	Logger *slog.Logger
 }
 
@@ -86,7 +86,7 @@ func newClient(r io.ReadCloser, w io.WriteCloser, between func() error, cfg Clie
 		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{cfg: cfg, w: w, closer: closerFunc(func() error {
 		err := w.Close()

@@ -3,6 +3,7 @@ package pipebus_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"testing"
@@ -66,7 +67,7 @@ func FuzzServeLine(f *testing.F) {
 			t.Fatal(err)
 		}
 		bus := pipebus.New(reqR, respW, pipebus.Config{MaxMessageBytes: fuzzLimit, Logger: quiet()})
-		b, err := broker.New(bus, broker.Config{Logger: quiet()})
+		b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,7 +16,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	bus := fakebus.New(fakebus.Config{}) // any bus: NATS, the pipe, ...
-	b, _ := broker.New(bus, broker.Config{Logger: quiet()})
+	b, _ := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
 	defer b.Close()
 	defer bus.Close()
 

@@ -25,7 +25,7 @@ type FeedConfig struct {
 	// for an event; when nobody does, the poll is skipped, so that idle
 	// sessions cost the broker nothing.
 	ShouldPoll func() bool
-	// Logger receives the feed's logs. nil means slog.Default().
+	// Logger receives the feed's logs. nil discards them.
 	Logger *slog.Logger
 }
 
@@ -79,7 +79,7 @@ func NewFeed(ctx context.Context, sess transport.Session, cfg FeedConfig) (*Feed
 		cfg.PollInterval = DefaultPollInterval
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := &Feed{cfg: cfg, log: cfg.Logger, sess: sess}
 	sub, err := sess.Subscribe(ctx)

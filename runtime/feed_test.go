@@ -74,7 +74,7 @@ func newFeedEnv(t *testing.T, bcfg broker.Config, fcfg fakebus.Config, poll time
 	t.Helper()
 	bus := fakebus.New(fcfg)
 	bcfg.Logger = quiet()
-	b, err := broker.New(bus, bcfg)
+	b, err := broker.New(context.Background(), bus, bcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { bus.Close(); b.Close() })
 	sess, _ := registerRaw(t, bus, "s1", "a")
@@ -173,7 +173,7 @@ func TestFeedEndsWithItsSession(t *testing.T) {
 func TestFeedOverNATSWithATinyBuffer(t *testing.T) {
 	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
 	require.NoError(t, err)
-	b, err := broker.New(bus, broker.Config{Logger: quiet()})
+	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
 	require.NoError(t, err)
 	t.Cleanup(func() { bus.Close(); b.Close() })
 	slow, err := bus.Connect(natsbus.ClientConfig{Buffer: 4})

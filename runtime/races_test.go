@@ -21,7 +21,7 @@ import (
 func fakeRuntimes(t *testing.T, cfg runtime.Config, sessions ...string) []*runtime.Runtime {
 	t.Helper()
 	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(bus, broker.Config{Logger: quiet(), MaxTasksPerContext: 10000})
+	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet(), MaxTasksPerContext: 10000})
 	require.NoError(t, err)
 	cfg.Logger = quiet()
 	var rts []*runtime.Runtime
@@ -148,7 +148,7 @@ func TestOverflowResyncEndsWithTheDelegate(t *testing.T) {
 func TestWaitEndsWhenThePipeBrokerIsGone(t *testing.T) {
 	bus, client, err := pipebus.Pair(pipebus.Config{Logger: quiet()}, pipebus.ClientConfig{Logger: quiet()})
 	require.NoError(t, err)
-	b, err := broker.New(bus, broker.Config{Logger: quiet()})
+	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
 	require.NoError(t, err)
 	defer client.Close()
 	sess, err := client.Session(ctxT(t), "s1")

@@ -34,7 +34,7 @@ type Config struct {
 	// events are dropped and the delegate gets a Resync instead (it
 	// re-reads its tasks). 0 means DefaultQueue.
 	Queue int
-	// Logger receives the runtime's logs. nil means slog.Default().
+	// Logger receives the runtime's logs. nil discards them.
 	Logger *slog.Logger
 }
 
@@ -72,7 +72,7 @@ func New(ctx context.Context, sess transport.Session, cfg Config) (*Runtime, err
 		cfg.Queue = DefaultQueue
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger.With("session", sess.ID()), sess: sess, done: make(chan struct{}),
 		byID: map[string]*Delegate{}, delegates: map[*Delegate]struct{}{}}
@@ -110,7 +110,13 @@ func (r *Runtime) pump() {
 		it, err := r.feed.Next(r.ctx)
 		if err != nil {
 			if r.ctx.Err() == nil {
-				r.log.Warn("the session's feed ended", "error", err)
+				// The session or its client closed: an orderly end, not a
+				// fault, unless it was something else.
+				if errors.Is(err, ErrFeedClosed) {
+					r.log.Debug("the session's feed ended", "error", err)
+				} else {
+					r.log.Warn("the session's feed ended", "error", err)
+				}
 				r.failAll(err)
 			}
 			return

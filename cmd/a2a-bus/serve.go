@@ -286,7 +286,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	if err := claim.Write(info); err != nil {
 		return err
 	}
-	b, err := broker.New(bus, o.brokerConfig(st, log))
+	b, err := broker.New(ctx, bus, o.brokerConfig(st, log))
 	if err != nil {
 		return err
 	}
@@ -352,7 +352,7 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	defer st.Close()
 	in, out := pipebus.Stdio(log)
 	bus := pipebus.New(in, out, pipebus.Config{MaxMessageBytes: o.maxMessageBytes, Logger: log})
-	b, err := broker.New(bus, o.brokerConfig(st, log))
+	b, err := broker.New(ctx, bus, o.brokerConfig(st, log))
 	if err != nil {
 		bus.Close()
 		return err

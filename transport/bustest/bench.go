@@ -151,7 +151,7 @@ func benchBroker(b *testing.B, h Harness, cfg broker.Config) func() {
 		return func() {}
 	}
 	cfg.Logger = quiet()
-	br, err := broker.New(h.Bus, cfg)
+	br, err := broker.New(context.Background(), h.Bus, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := s.harness(t)
 			if h.Bus != nil {
-				b, err := broker.New(h.Bus, broker.Config{Logger: quiet()})
+				b, err := broker.New(context.Background(), h.Bus, broker.Config{Logger: quiet()})
 				require.NoError(t, err)
 				t.Cleanup(func() {
 					h.Client.Close()
