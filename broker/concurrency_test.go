@@ -26,11 +26,15 @@ func TestConcurrency(t *testing.T) {
 	}
 
 	agents := make([]*agent, sessions*perSession)
+	errs := make([]error, len(agents))
 	var wg sync.WaitGroup
 	for i := range agents {
-		wg.Go(func() { agents[i] = e.register(fmt.Sprint("s", i%sessions), "worker") })
+		wg.Go(func() { agents[i], errs[i] = e.tryRegister(fmt.Sprint("s", i%sessions), "worker", "") })
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 
 	ids := map[string]bool{}
 	for _, a := range agents {
@@ -49,7 +53,7 @@ func TestConcurrency(t *testing.T) {
 				if peer == a {
 					continue
 				}
-				task, err := a.send(peer.id, "job from "+a.id)
+				task, err := a.trySend(peer.id, "job from "+a.id)
 				if !assert.NoError(t, err) {
 					return
 				}
@@ -57,15 +61,15 @@ func TestConcurrency(t *testing.T) {
 				created[task.ID] = task
 				mu.Unlock()
 				// Work off what is assigned to me meanwhile.
-				res, err := a.call(wire.MethodListTasks, map[string]any{"role": "assignee", "state": "submitted"})
+				res, err := a.tryCall(wire.MethodListTasks, map[string]any{"role": "assignee", "state": "submitted"})
 				var l wire.ListTasksResult
 				if !assert.NoError(t, err) || !assert.NoError(t, json.Unmarshal(res, &l)) {
 					return
 				}
 				for _, mine := range l.Tasks {
-					_, err := a.update(mine.ID, wire.StateWorking, "")
+					_, err := a.tryUpdate(mine.ID, wire.StateWorking, "")
 					if err == nil {
-						_, err = a.update(mine.ID, wire.StateCompleted, "done")
+						_, err = a.tryUpdate(mine.ID, wire.StateCompleted, "done")
 					}
 					if !assert.NoError(t, err) {
 						return
@@ -78,7 +82,7 @@ func TestConcurrency(t *testing.T) {
 	// Some leave; the rest finish what is left.
 	for i, a := range agents {
 		if i%5 == 0 {
-			wg.Go(func() { assert.NoError(t, a.deregister()) })
+			wg.Go(func() { assert.NoError(t, a.tryDeregister()) })
 		}
 	}
 	wg.Wait()

@@ -11,3 +11,17 @@ func (b *Broker) Footprint() (agents, hints, orphans, sessions int) {
 	defer b.reg.mu.RUnlock()
 	return len(b.reg.byID), len(b.reg.hint), len(b.reg.orphans), len(b.reg.bySession)
 }
+
+// OnRevoking calls fn whenever an agent is about to be revoked (to wait
+// for the operations that hold it), for the test's length.
+func OnRevoking(t interface{ Cleanup(func()) }, fn func()) {
+	testHookRevoking = fn
+	t.Cleanup(func() { testHookRevoking = nil })
+}
+
+// OnLockingInstance calls fn whenever an instance's lock is about to be
+// taken, for the test's length.
+func OnLockingInstance(t interface{ Cleanup(func()) }, fn func(instance string)) {
+	testHookLockingInstance = fn
+	t.Cleanup(func() { testHookLockingInstance = nil })
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -77,35 +78,65 @@ func newEnvWrapped(t testing.TB, cfg broker.Config, bcfg fakebus.Config, wrap fu
 	return e
 }
 
-// session opens (once) and subscribes a session.
-func (e *env) session(id string) *session {
+// The helpers come in pairs: tryX reports what goes wrong as an error,
+// for goroutines other than the test's (where require must not be
+// called); X is tryX for the test's goroutine, and stops the test on a
+// failure that is not the broker's answer.
+
+// trySession opens (once) and subscribes a session.
+func (e *env) trySession(id string) (*session, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if s, ok := e.sessions[id]; ok {
-		return s
+		return s, nil
 	}
 	s, err := e.bus.Session(context.Background(), id)
-	require.NoError(e.t, err)
+	if err != nil {
+		return nil, err
+	}
 	sub, err := s.Subscribe(context.Background())
-	require.NoError(e.t, err)
+	if err != nil {
+		return nil, err
+	}
 	e.sessions[id] = &session{Session: s, sub: sub}
-	return e.sessions[id]
+	return e.sessions[id], nil
 }
 
-// call sends a request from a session and records any error code.
-func (e *env) call(sessionID, method string, params any) (json.RawMessage, error) {
+func (e *env) session(id string) *session {
 	e.t.Helper()
+	s, err := e.trySession(id)
+	require.NoError(e.t, err)
+	return s
+}
+
+// errTransport marks a failure of the bus, not an answer of the broker.
+var errTransport = errors.New("transport failure")
+
+// tryCall sends a request from a session and records any error code.
+func (e *env) tryCall(sessionID, method string, params any) (json.RawMessage, error) {
+	s, err := e.trySession(sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errTransport, err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := e.session(sessionID).Call(ctx, method, params)
+	res, err := s.Call(ctx, method, params)
 	var we *wire.Error
-	if errors.As(err, &we) {
+	switch {
+	case errors.As(err, &we):
 		e.mu.Lock()
 		e.codes[we.Code]++
 		e.mu.Unlock()
-	} else if err != nil {
-		require.NoError(e.t, err, "transport failure")
+	case err != nil:
+		err = fmt.Errorf("%w: %v", errTransport, err)
 	}
+	return res, err
+}
+
+func (e *env) call(sessionID, method string, params any) (json.RawMessage, error) {
+	e.t.Helper()
+	res, err := e.tryCall(sessionID, method, params)
+	require.NotErrorIs(e.t, err, errTransport)
 	return res, err
 }
 
@@ -126,24 +157,75 @@ func (e *env) register(sessionID, name string) *agent {
 
 func (e *env) registerInstance(sessionID, name, instance string) *agent {
 	e.t.Helper()
-	res, err := e.call(sessionID, wire.MethodRegister, wire.RegisterParams{
+	a, err := e.tryRegister(sessionID, name, instance)
+	require.NoError(e.t, err)
+	return a
+}
+
+func (e *env) tryRegister(sessionID, name, instance string) (*agent, error) {
+	res, err := e.tryCall(sessionID, wire.MethodRegister, wire.RegisterParams{
 		ContextID: sessionID, Card: &wire.AgentCard{Name: name, Description: "test agent " + name}, InstanceID: instance,
 	})
-	require.NoError(e.t, err)
+	if err != nil {
+		return nil, err
+	}
 	var r wire.RegisterResult
-	require.NoError(e.t, json.Unmarshal(res, &r))
-	return &agent{e: e, session: sessionID, id: r.AgentID, token: r.Token, instance: r.InstanceID, card: r.Card}
+	if err := json.Unmarshal(res, &r); err != nil {
+		return nil, err
+	}
+	return &agent{e: e, session: sessionID, id: r.AgentID, token: r.Token, instance: r.InstanceID, card: r.Card}, nil
+}
+
+// withToken returns params with the agent's token, unless they have one.
+func (a *agent) withToken(params map[string]any) map[string]any {
+	out := map[string]any{"token": a.token}
+	for k, v := range params {
+		out[k] = v
+	}
+	return out
 }
 
 func (a *agent) call(method string, params map[string]any) (json.RawMessage, error) {
 	a.e.t.Helper()
-	if params == nil {
-		params = map[string]any{}
+	return a.e.call(a.session, method, a.withToken(params))
+}
+
+func (a *agent) tryCall(method string, params map[string]any) (json.RawMessage, error) {
+	return a.e.tryCall(a.session, method, a.withToken(params))
+}
+
+// tryTask makes a call that answers a task.
+func (a *agent) tryTask(method string, params map[string]any) (*wire.Task, error) {
+	res, err := a.tryCall(method, params)
+	if err != nil {
+		return nil, err
 	}
-	if _, ok := params["token"]; !ok {
-		params["token"] = a.token
+	var r wire.TaskResult
+	if err := json.Unmarshal(res, &r); err != nil || r.Task == nil {
+		return nil, fmt.Errorf("not a task result: %s", res)
 	}
-	return a.e.call(a.session, method, params)
+	return r.Task, nil
+}
+
+func (a *agent) trySend(to, msg string) (*wire.Task, error) {
+	p := map[string]any{"message": text(msg)}
+	if to != "" {
+		p["to"] = to
+	}
+	return a.tryTask(wire.MethodSend, p)
+}
+
+func (a *agent) tryUpdate(taskID string, state wire.State, msg string) (*wire.Task, error) {
+	p := map[string]any{"taskId": taskID, "state": state}
+	if msg != "" {
+		p["message"] = text(msg)
+	}
+	return a.tryTask(wire.MethodUpdateTask, p)
+}
+
+func (a *agent) tryDeregister() error {
+	_, err := a.tryCall(wire.MethodDeregister, nil)
+	return err
 }
 
 func text(s string) map[string]any {

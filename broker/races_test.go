@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,13 +21,15 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// gateStore pauses the first List that matches, until released.
+// gateStore pauses the first List that matches, until released, and
+// calls listed, if set, once that List has returned from the store.
 type gateStore struct {
 	*store.Memory
 	match   func(store.Query) bool
 	once    sync.Once
 	entered chan struct{}
 	release chan struct{}
+	listed  func()
 }
 
 func newGateStore(match func(store.Query) bool) *gateStore {
@@ -34,24 +37,33 @@ func newGateStore(match func(store.Query) bool) *gateStore {
 }
 
 func (g *gateStore) List(ctx context.Context, q store.Query) ([]*store.Record, bool, error) {
+	held := false
 	if g.match(q) {
-		g.once.Do(func() { close(g.entered); <-g.release })
+		g.once.Do(func() { held = true; close(g.entered); <-g.release })
 	}
-	return g.Memory.List(ctx, q)
+	recs, more, err := g.Memory.List(ctx, q)
+	if held && g.listed != nil {
+		g.listed()
+	}
+	return recs, more, err
 }
 
-// blocked reports whether c yields nothing within a moment, and puts
-// back what it took (c must have room for it). It only shows that
-// something waits: a slow machine can make a broken test pass, never a
-// sound one fail.
-func blocked[T any](c chan T) bool {
-	select {
-	case v := <-c:
-		c <- v
-		return false
-	case <-time.After(100 * time.Millisecond):
-		return true
-	}
+// order records what happened, in the order it happened.
+type order struct {
+	mu  sync.Mutex
+	log []string
+}
+
+func (o *order) add(what string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.log = append(o.log, what)
+}
+
+func (o *order) all() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.log)
 }
 
 // TestDeregisterWaitsForOperationsInFlight: an operation that
@@ -61,15 +73,27 @@ func TestDeregisterWaitsForOperationsInFlight(t *testing.T) {
 	e := newEnv(t, broker.Config{Store: g})
 	e.register("s1", "a")
 	b := e.register("s2", "b")
+	var o order
+	g.listed = func() { o.add("listed") }
 	listed := make(chan error, 1)
-	go func() { _, err := b.call(wire.MethodListTasks, nil); listed <- err }()
+	go func() {
+		_, err := b.tryCall(wire.MethodListTasks, nil)
+		listed <- err
+	}()
 	<-g.entered
+	revoking := make(chan struct{}, 1)
+	broker.OnRevoking(t, func() { revoking <- struct{}{} })
 	dereg := make(chan error, 1)
-	go func() { dereg <- b.deregister() }()
-	assert.True(t, blocked(dereg), "deregister returned while an operation of the agent was running")
+	go func() {
+		err := b.tryDeregister()
+		o.add("deregistered")
+		dereg <- err
+	}()
+	<-revoking // the deregister has come to the agent's lock, which the list holds
 	close(g.release)
 	require.NoError(t, <-listed)
 	require.NoError(t, <-dereg)
+	assert.Equal(t, []string{"listed", "deregistered"}, o.all(), "the deregister answered only after the operation in flight had read the store")
 }
 
 // TestDeregisterSweepSparesANewRegistration: a new registration of the
@@ -80,15 +104,32 @@ func TestDeregisterSweepSparesANewRegistration(t *testing.T) {
 	e := newEnv(t, broker.Config{Store: g})
 	old := e.registerInstance("s1", "w", "inst-1")
 	e.register("s2", "peer")
+	var o order
+	g.listed = func() { o.add("swept") }
 	done := make(chan error, 1)
-	go func() { done <- old.deregister() }()
-	<-g.entered
+	go func() {
+		done <- old.tryDeregister()
+	}()
+	<-g.entered // the departure holds the instance and closes its tasks
+	locking := make(chan struct{}, 1)
+	broker.OnLockingInstance(t, func(instance string) {
+		if instance == "inst-1" {
+			locking <- struct{}{}
+		}
+	})
 	again := make(chan *agent, 1)
-	go func() { again <- e.registerInstance("s1", "w", "inst-1") }()
-	assert.True(t, blocked(again), "a registration of the instance slipped into its departure")
+	go func() {
+		a, err := e.tryRegister("s1", "w", "inst-1")
+		assert.NoError(t, err)
+		o.add("registered")
+		again <- a
+	}()
+	<-locking // the registration has come to the instance's lock
 	close(g.release)
 	require.NoError(t, <-done)
 	a := <-again
+	require.NotNil(t, a)
+	assert.Equal(t, []string{"swept", "registered"}, o.all(), "the registration waited for the departure's sweep")
 	fresh := a.mustSend("peer", "new work")
 	got, err := a.get(fresh.ID)
 	require.NoError(t, err)
@@ -106,11 +147,15 @@ func TestReRegisterKeepsItsAgentIdUnderContention(t *testing.T) {
 		first := e.registerInstance("s1", name, inst)
 		var wg sync.WaitGroup
 		var again *agent
-		wg.Go(func() { again = e.registerInstance("s1", name, inst) })
-		for range 3 {
-			wg.Go(func() { e.register("s2", name) })
+		var errs [4]error
+		wg.Go(func() { again, errs[0] = e.tryRegister("s1", name, inst) })
+		for i := range 3 {
+			wg.Go(func() { _, errs[i+1] = e.tryRegister("s2", name, "") })
 		}
 		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
 		require.Equal(t, first.id, again.id, "round %d", round)
 	}
 }
@@ -118,16 +163,24 @@ func TestReRegisterKeepsItsAgentIdUnderContention(t *testing.T) {
 // pauseBus holds the first push until released.
 type pauseBus struct {
 	*fakebus.Bus
-	once    sync.Once
-	entered chan struct{}
-	release chan struct{}
+	once      sync.Once
+	entered   chan struct{}
+	release   chan struct{}
+	published func() // called once the held push is on the bus
 }
 
 func (p *pauseBus) Publish(session string, msg []byte) error {
-	if h, _ := wire.DecodeNotificationHead(msg); h.Method == wire.NotifyPush {
-		p.once.Do(func() { close(p.entered); <-p.release })
+	h, _ := wire.DecodeNotificationHead(msg)
+	if h.Method != wire.NotifyPush {
+		return p.Bus.Publish(session, msg)
 	}
-	return p.Bus.Publish(session, msg)
+	held := false
+	p.once.Do(func() { held = true; close(p.entered); <-p.release })
+	err := p.Bus.Publish(session, msg)
+	if held {
+		p.published()
+	}
+	return err
 }
 
 // TestDeregisterWaitsForAPushInFlight: once deregister has answered, no
@@ -141,18 +194,27 @@ func TestDeregisterWaitsForAPushInFlight(t *testing.T) {
 	e := &env{t: t, bus: fb, broker: b, sessions: map[string]*session{}, codes: map[int]int{}}
 	a := e.register("s1", "a")
 	e.register("s2", "b")
+	var o order
+	pb.published = func() { o.add("pushed") }
 	pushed := make(chan error, 1)
 	go func() {
-		_, err := a.call(wire.MethodSend, map[string]any{"to": "b", "oneway": true, "message": text("hi")})
+		_, err := a.tryCall(wire.MethodSend, map[string]any{"to": "b", "oneway": true, "message": text("hi")})
 		pushed <- err
 	}()
 	<-pb.entered
+	revoking := make(chan struct{}, 1)
+	broker.OnRevoking(t, func() { revoking <- struct{}{} })
 	dereg := make(chan error, 1)
-	go func() { dereg <- a.deregister() }()
-	assert.True(t, blocked(dereg), "deregister answered while the agent's push was unpublished")
+	go func() {
+		err := a.tryDeregister()
+		o.add("deregistered")
+		dereg <- err
+	}()
+	<-revoking // the deregister has come to the agent's lock, which the push holds
 	close(pb.release)
 	require.NoError(t, <-pushed)
 	require.NoError(t, <-dereg)
+	assert.Equal(t, []string{"pushed", "deregistered"}, o.all(), "deregister answered only after the agent's push was on the bus")
 }
 
 // jitterBus delays each Publish a little, so that unordered publishing
@@ -180,10 +242,10 @@ func TestEventsFollowTheOrderOfChanges(t *testing.T) {
 	var failures atomic.Int32
 	for i := 1; i <= 100; i++ {
 		wg.Go(func() {
-			if _, err := a.reply(task.ID, fmt.Sprint(i)); err != nil {
+			if _, err := a.tryTask(wire.MethodSend, map[string]any{"taskId": task.ID, "message": text(fmt.Sprint(i))}); err != nil {
 				failures.Add(1)
 			}
-			if _, err := a.call(wire.MethodSend, map[string]any{"to": "b", "oneway": true, "message": text("push")}); err != nil {
+			if _, err := a.tryCall(wire.MethodSend, map[string]any{"to": "b", "oneway": true, "message": text("push")}); err != nil {
 				failures.Add(1)
 			}
 		})

@@ -69,6 +69,9 @@ func enterPair(a, c *agent) bool {
 // revoke marks a dead, waiting for the operations that hold it. It reports
 // false when a was already dead.
 func (a *agent) revoke() bool {
+	if testHookRevoking != nil {
+		testHookRevoking()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.dead {
@@ -77,6 +80,13 @@ func (a *agent) revoke() bool {
 	a.dead = true
 	return true
 }
+
+// Test hooks: nil but in tests, which learn from them that an operation
+// has come to wait for a lock (and so cannot pass it until it is free).
+var (
+	testHookRevoking        func()
+	testHookLockingInstance func(instance string)
+)
 
 // registry is the set of live agents and their indexes.
 type registry struct {
@@ -210,6 +220,9 @@ func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
 const instanceStripes = 256
 
 func (b *Broker) lockInstance(instance string) func() {
+	if testHookLockingInstance != nil {
+		testHookLockingInstance(instance)
+	}
 	m := &b.instances[maphash.String(stripeSeed, instance)%instanceStripes]
 	m.Lock()
 	return m.Unlock

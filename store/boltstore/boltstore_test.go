@@ -267,7 +267,8 @@ func TestPruneSeesItsSharedCommit(t *testing.T) {
 			assert.NoError(t, err)
 		})
 	}
-	time.Sleep(50 * time.Millisecond) // let them queue behind the busy commit
+	// They queue behind the busy commit: three changes wait for it.
+	require.Eventually(t, func() bool { return boltstore.Queued(s) == 3 }, 10*time.Second, time.Millisecond)
 	close(release)
 	wg.Wait()
 	_, err := s.Prune(ctx, store.Retention{MaxTerminal: 5}, time.Now())
