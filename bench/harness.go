@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 
 	"github.com/a2a-bus/a2a-bus/natsbus"
@@ -11,8 +9,6 @@ import (
 	"github.com/a2a-bus/a2a-bus/transport/bustest"
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // A bus under benchmark: how to make a fresh harness, and how to undo it.
 type busKind struct {
@@ -26,14 +22,14 @@ var buses = []busKind{
 		return bustest.Harness{Bus: b, Client: b}, func() { b.Close() }, nil
 	}},
 	{"pipe", func() (bustest.Harness, func(), error) {
-		bus, c, err := pipebus.Pair(pipebus.Config{Logger: quiet()}, pipebus.ClientConfig{})
+		bus, c, err := pipebus.Pair(pipebus.Config{}, pipebus.ClientConfig{})
 		if err != nil {
 			return bustest.Harness{}, nil, err
 		}
 		return bustest.Harness{Bus: bus, Client: c}, func() { c.Close(); bus.Close() }, nil
 	}},
 	{"nats-inproc", func() (bustest.Harness, func(), error) {
-		bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+		bus, err := natsbus.New(natsbus.Config{})
 		if err != nil {
 			return bustest.Harness{}, nil, err
 		}
@@ -45,11 +41,11 @@ var buses = []busKind{
 		return bustest.Harness{Bus: bus, Client: c}, func() { c.Close(); bus.Close() }, nil
 	}},
 	{"nats-tcp", func() (bustest.Harness, func(), error) {
-		bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+		bus, err := natsbus.New(natsbus.Config{})
 		if err != nil {
 			return bustest.Harness{}, nil, err
 		}
-		c, err := natsbus.Dial(natsbus.ClientConfig{URL: bus.URL(), Token: bus.Server().Token(), Logger: quiet()})
+		c, err := natsbus.Dial(natsbus.ClientConfig{URL: bus.URL(), Token: bus.Server().Token()})
 		if err != nil {
 			bus.Close()
 			return bustest.Harness{}, nil, err

@@ -66,7 +66,7 @@ func rawPipe(b *testing.B) {
 // natsPair returns a publisher and a subscriber connection to a fresh
 // embedded server, in-process or over TCP.
 func natsPair(b *testing.B, tcp bool) (pub, sub *nats.Conn, undo func()) {
-	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+	bus, err := natsbus.New(natsbus.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func startOnce(bin, bus, tmp string) (time.Duration, int, error) {
 	if bus == "pipe" {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = env
-		ch, err := pipebus.Start(cmd, pipebus.ClientConfig{Logger: quiet()})
+		ch, err := pipebus.Start(cmd, pipebus.ClientConfig{})
 		if err != nil {
 			return 0, 0, err
 		}

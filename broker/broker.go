@@ -2,8 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a2a-bus/a2a-bus/internal/secret"
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -179,7 +178,7 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 		bus:     bus,
 		store:   cfg.Store,
 		log:     cfg.Logger,
-		epoch:   randomHex(16),
+		epoch:   secret.Hex(16),
 		started: cfg.Now(),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -306,7 +305,7 @@ func (b *Broker) ServeRPC(ctx context.Context, from transport.Caller, raw []byte
 		return wire.ErrorResponse(nil, perr)
 	}
 	if req.IsNotification() {
-		b.log.Warn("request without id ignored: JSON-RPC forbids answering a notification", "method", trunc(req.Method))
+		b.log.Warn("request without id ignored: JSON-RPC forbids answering a notification", "method", wire.Quote(req.Method))
 		return nil
 	}
 	res, rerr := b.call(ctx, from, req)
@@ -338,7 +337,7 @@ func (b *Broker) call(ctx context.Context, from transport.Caller, req *wire.Requ
 		}
 	}
 	if !ok {
-		return nil, wire.ErrMethodNotFound.Withf("method %s is not served here", trunc(req.Method))
+		return nil, wire.ErrMethodNotFound.Withf("method %s is not served here", wire.Quote(req.Method))
 	}
 	if !wire.ParamsObject(req.Params) {
 		return nil, wire.ErrInvalidParams.Withf("params must be an object")
@@ -354,19 +353,4 @@ func (b *Broker) internal(op string, err error) *wire.Error {
 	}
 	b.log.Error("store failure", "op", op, "error", err)
 	return wire.ErrInternal.Withf("%s failed in the task store", op)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("broker: no randomness: " + err.Error())
-	}
-	return hex.EncodeToString(b)
-}
-
-func trunc(s string) string {
-	if len(s) > 100 {
-		return s[:100] + "…"
-	}
-	return s
 }

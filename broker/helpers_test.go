@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -37,8 +35,6 @@ type session struct {
 	sub transport.Subscription
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func newEnv(t testing.TB, cfg broker.Config) *env {
 	t.Helper()
 	return newEnvOn(t, cfg, fakebus.Config{})
@@ -62,7 +58,6 @@ func newEnvWrapped(t testing.TB, cfg broker.Config, bcfg fakebus.Config, wrap fu
 	t.Helper()
 	bus := fakebus.New(bcfg)
 	if cfg.Logger == nil {
-		cfg.Logger = quietLogger()
 	}
 	var served transport.Bus = bus
 	if wrap != nil {

@@ -188,7 +188,7 @@ func (p *pauseBus) Publish(session string, msg []byte) error {
 func TestDeregisterWaitsForAPushInFlight(t *testing.T) {
 	fb := fakebus.New(fakebus.Config{})
 	pb := &pauseBus{Bus: fb, entered: make(chan struct{}), release: make(chan struct{})}
-	b, err := broker.New(context.Background(), pb, broker.Config{Logger: quietLogger()})
+	b, err := broker.New(context.Background(), pb, broker.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { fb.Close(); b.Close() })
 	e := &env{t: t, bus: fb, broker: b, sessions: map[string]*session{}, codes: map[int]int{}}
@@ -231,7 +231,7 @@ func (j jitterBus) Publish(s string, m []byte) error {
 // published in seq order and a task's events in the order of its history.
 func TestEventsFollowTheOrderOfChanges(t *testing.T) {
 	fb := fakebus.New(fakebus.Config{})
-	b, err := broker.New(context.Background(), jitterBus{fb}, broker.Config{Logger: quietLogger()})
+	b, err := broker.New(context.Background(), jitterBus{fb}, broker.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { fb.Close(); b.Close() })
 	e := &env{t: t, bus: fb, broker: b, sessions: map[string]*session{}, codes: map[int]int{}}

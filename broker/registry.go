@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"hash/maphash"
 	"slices"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/a2a-bus/a2a-bus/internal/secret"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -234,13 +234,16 @@ func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wir
 	if token == "" {
 		return nil, wire.ErrUnauthorized.Withf("token required")
 	}
-	h := hashToken(token)
+	// Tokens are looked up by their SHA-256, never compared as text:
+	// whatever the map's timing reveals is about the hash of the guess,
+	// which tells an attacker nothing about any token (they are 256-bit
+	// random, so a hash prefix cannot be steered toward one). A found
+	// entry is the token's by construction; there is nothing further to
+	// compare.
 	b.reg.mu.RLock()
-	a := b.reg.byToken[h]
+	a := b.reg.byToken[hashToken(token)]
 	b.reg.mu.RUnlock()
-	// The map lookup is by hash, so its timing tells nothing about the
-	// token; the comparison below is constant-time regardless.
-	if a == nil || subtle.ConstantTimeCompare(a.tokenHash[:], h[:]) != 1 {
+	if a == nil {
 		return nil, errRevoked()
 	}
 	if from.Scope == transport.ScopeSession && a.session != from.Session {
@@ -289,7 +292,7 @@ func (b *Broker) register(_ context.Context, from transport.Caller, params json.
 	if err != nil {
 		return nil, err
 	}
-	token := randomHex(32)
+	token := secret.Hex(32)
 	a := &agent{name: p.Card.Name, instance: p.InstanceID, session: p.ContextID, tokenHash: hashToken(token)}
 	card := *p.Card
 	at := wire.NewTime(b.cfg.Now())

@@ -240,7 +240,7 @@ func (hostBus) HostMethods() map[string]transport.HostMethod {
 
 func TestBusHostMethods(t *testing.T) {
 	e := newEnv(t, broker.Config{})
-	b, err := broker.New(context.Background(), hostBus{e.bus2(t)}, broker.Config{Logger: quietLogger()})
+	b, err := broker.New(context.Background(), hostBus{e.bus2(t)}, broker.Config{})
 	require.NoError(t, err)
 	defer b.Close()
 	host := transport.Caller{Scope: transport.ScopeHost}

@@ -7,7 +7,6 @@ import (
 	"hash/maphash"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -90,7 +89,7 @@ func (b *Broker) resolvePeer(self *agent, to string) (*agent, *wire.Error) {
 	if to != "" {
 		peer := r.byID[to]
 		if peer == nil {
-			return nil, wire.ErrUnknownAgent.Withf("no live agent %s", quote(to))
+			return nil, wire.ErrUnknownAgent.Withf("no live agent %s", wire.Quote(to))
 		}
 		return peer, nil
 	}
@@ -159,7 +158,7 @@ func holdPair(self, peer *agent) *wire.Error {
 	}
 	if self.enter() {
 		self.leave()
-		return wire.ErrUnknownAgent.Withf("no live agent %s", quote(peer.id))
+		return wire.ErrUnknownAgent.Withf("no live agent %s", wire.Quote(peer.id))
 	}
 	return errRevoked()
 }
@@ -281,7 +280,7 @@ func (b *Broker) loadTask(ctx context.Context, self *agent, id string) (*store.R
 	}
 	rec, err := b.store.Get(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, stranger, wire.ErrUnknownTask.Withf("no task %s", quote(id))
+		return nil, stranger, wire.ErrUnknownTask.Withf("no task %s", wire.Quote(id))
 	}
 	if err != nil {
 		return nil, stranger, b.internal("read task", err)
@@ -320,7 +319,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 			recorded = rec.Task.RequesterName
 		}
 		if p.To != otherID && p.To != recorded {
-			return nil, wire.ErrInvalidParams.Withf("to: %s is not the other member of task %s", quote(p.To), rec.Task.ID)
+			return nil, wire.ErrInvalidParams.Withf("to: %s is not the other member of task %s", wire.Quote(p.To), rec.Task.ID)
 		}
 	}
 	role := wire.RoleUser
@@ -371,7 +370,7 @@ func (b *Broker) listTasks(ctx context.Context, from transport.Caller, params js
 	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		q := store.Query{Instance: self.instance, State: p.State}
 		if p.State != "" && !p.State.Valid() {
-			return nil, wire.ErrInvalidParams.Withf("state: %s is not a task state", quote(string(p.State)))
+			return nil, wire.ErrInvalidParams.Withf("state: %s is not a task state", wire.Quote(string(p.State)))
 		}
 		switch p.Role {
 		case "":
@@ -427,7 +426,7 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 		switch p.State {
 		case wire.StateWorking, wire.StateInputRequired, wire.StateCompleted, wire.StateFailed, wire.StateRejected:
 		default:
-			return nil, wire.ErrInvalidParams.Withf("state: must be working, input-required, completed, failed or rejected (got %s)", quote(string(p.State)))
+			return nil, wire.ErrInvalidParams.Withf("state: must be working, input-required, completed, failed or rejected (got %s)", wire.Quote(string(p.State)))
 		}
 		if p.TaskID == "" {
 			return nil, wire.ErrInvalidParams.Withf("taskId: required")
@@ -587,13 +586,6 @@ func (b *Broker) notifyTask(t *wire.Task, recipient, recipientSession, fromSessi
 	b.emit(recipient, recipientSession, fromSession, wire.NotifyTaskEvent, func(h wire.EventHead) any {
 		return &wire.TaskEvent{EventHead: h, TaskID: t.ID, Kind: kind, Task: bare, Message: msg, Final: t.Status.State.Terminal()}
 	})
-}
-
-func quote(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "…"
-	}
-	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

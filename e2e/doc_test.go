@@ -3,8 +3,6 @@
 package e2e_test
 
 import (
-	"io"
-	"log/slog"
 	"os"
 	"testing"
 
@@ -19,5 +17,3 @@ func TestMain(m *testing.M) {
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -103,27 +103,27 @@ func waitFinal(t *testing.T, d *runtime.Delegate, taskID string) wire.State {
 // outage: the client reconnects, the runtime replays, and the delegate
 // wakes with the outcome.
 func TestRuntimeReconnectsMidTask(t *testing.T) {
-	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+	bus, err := natsbus.New(natsbus.Config{})
 	require.NoError(t, err)
-	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
+	b, err := broker.New(context.Background(), bus, broker.Config{})
 	require.NoError(t, err)
 	defer func() { bus.Close(); b.Close() }()
 	p := newProxy(t, strings.TrimPrefix(bus.URL(), "nats://"))
 
 	ctx := context.Background()
-	far, err := natsbus.Dial(natsbus.ClientConfig{URL: p.url(), Token: bus.Server().Token(), Logger: quiet()})
+	far, err := natsbus.Dial(natsbus.ClientConfig{URL: p.url(), Token: bus.Server().Token()})
 	require.NoError(t, err)
 	defer far.Close()
 	near, err := bus.Connect(natsbus.ClientConfig{})
 	require.NoError(t, err)
 	s1, err := far.Session(ctx, "far")
 	require.NoError(t, err)
-	rt1, err := runtime.New(ctx, s1, runtime.Config{Logger: quiet(), Feed: runtime.FeedConfig{PollInterval: 100 * time.Millisecond}})
+	rt1, err := runtime.New(ctx, s1, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	defer rt1.Close()
 	s2, err := near.Session(ctx, "near")
 	require.NoError(t, err)
-	rt2, err := runtime.New(ctx, s2, runtime.Config{Logger: quiet()})
+	rt2, err := runtime.New(ctx, s2, runtime.Config{})
 	require.NoError(t, err)
 	defer rt2.Close()
 	asker, err := rt1.Spawn(ctx, wire.AgentCard{Name: "asker"})
@@ -191,7 +191,7 @@ func TestExternalNATSServerRestart(t *testing.T) {
 
 	ctx := context.Background()
 	dial := func() *natsbus.Client {
-		c, err := natsbus.Dial(natsbus.ClientConfig{URL: url, Token: token, Logger: quiet()})
+		c, err := natsbus.Dial(natsbus.ClientConfig{URL: url, Token: token})
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		return c
@@ -199,7 +199,7 @@ func TestExternalNATSServerRestart(t *testing.T) {
 	mk := func(c *natsbus.Client, session string) *runtime.Runtime {
 		s, err := c.Session(ctx, session)
 		require.NoError(t, err)
-		rt, err := runtime.New(ctx, s, runtime.Config{Logger: quiet(), Feed: runtime.FeedConfig{PollInterval: 100 * time.Millisecond}})
+		rt, err := runtime.New(ctx, s, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 100 * time.Millisecond}})
 		require.NoError(t, err)
 		t.Cleanup(func() { rt.Close() })
 		return rt

@@ -97,9 +97,9 @@ func hostileEnvs(t *testing.T) []hostileEnv {
 	t.Helper()
 	var envs []hostileEnv
 	{
-		bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+		bus, err := natsbus.New(natsbus.Config{})
 		require.NoError(t, err)
-		b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
+		b, err := broker.New(context.Background(), bus, broker.Config{})
 		require.NoError(t, err)
 		// A host's requests on a session's subject are answered in that
 		// session's inbox only.
@@ -124,8 +124,8 @@ func hostileEnvs(t *testing.T) []hostileEnv {
 		require.NoError(t, err)
 		respR, respW, err := os.Pipe()
 		require.NoError(t, err)
-		bus := pipebus.New(reqR, respW, pipebus.Config{Logger: quiet()})
-		b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
+		bus := pipebus.New(reqR, respW, pipebus.Config{})
+		b, err := broker.New(context.Background(), bus, broker.Config{})
 		require.NoError(t, err)
 		t.Cleanup(func() { reqW.Close(); bus.Close(); b.Close(); respR.Close() })
 		envs = append(envs, hostileEnv{"pipe", &pipeRaw{w: reqW, out: bufio.NewReaderSize(respR, 1<<20)}, nil})

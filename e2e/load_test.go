@@ -39,9 +39,9 @@ func loadDuration(t *testing.T) time.Duration {
 // subject checks the subject too), no seq gap left unrecovered.
 func TestLoad(t *testing.T) {
 	const sessions, perSession, outstanding = 200, 4, 2
-	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+	bus, err := natsbus.New(natsbus.Config{})
 	require.NoError(t, err)
-	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet(), MaxTasksPerContext: 1000})
+	b, err := broker.New(context.Background(), bus, broker.Config{MaxTasksPerContext: 1000})
 	require.NoError(t, err)
 	defer func() { bus.Close(); b.Close() }()
 
@@ -72,7 +72,7 @@ func TestLoad(t *testing.T) {
 	for s := range sessions {
 		sess, err := client.Session(ctx, "load-"+itoa(s))
 		require.NoError(t, err)
-		rt, err := runtime.New(ctx, sess, runtime.Config{Logger: quiet(), Feed: runtime.FeedConfig{PollInterval: 200 * time.Millisecond}})
+		rt, err := runtime.New(ctx, sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 200 * time.Millisecond}})
 		require.NoError(t, err)
 		rts = append(rts, rt)
 		for range perSession {

@@ -114,7 +114,7 @@ func TestPipeBrokerLogsNoTokens(t *testing.T) {
 	cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", filepath.Join(t.TempDir(), "data"), "--log-level=debug")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
-	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{Logger: quiet()})
+	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{})
 	require.NoError(t, err)
 	ctx := context.Background()
 	s, err := ch.Session(ctx, "s1")

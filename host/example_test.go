@@ -3,8 +3,6 @@ package host_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 
 	"github.com/a2a-bus/a2a-bus/host"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -16,7 +14,7 @@ import (
 func ExampleOpen() {
 	ctx := context.Background()
 	kind, _ := host.ParseBus("nats") // from the host's config
-	h, err := host.Open(ctx, host.Config{Bus: kind, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := host.Open(ctx, host.Config{Bus: kind})
 	if err != nil {
 		fmt.Println(err)
 		return

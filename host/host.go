@@ -73,7 +73,7 @@ func ParseBus(s string) (BusKind, error) {
 	case "fake":
 		return Fake, nil
 	}
-	return 0, fmt.Errorf("%w %q (want nats or pipe)", ErrUnknownBus, s)
+	return 0, fmt.Errorf("%w %q (want nats, pipe or fake)", ErrUnknownBus, s)
 }
 
 // Config configures a host's connection to the broker.

@@ -3,8 +3,6 @@ package host_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -22,8 +20,6 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -44,7 +40,6 @@ func eachBus(t *testing.T, fn func(t *testing.T, h *host.Host)) {
 	for _, name := range []string{"fake", "nats", "pipe"} {
 		t.Run(name, func(t *testing.T) {
 			cfg := configs[name](t)
-			cfg.Logger = quiet()
 			cfg.Runtime.Feed.PollInterval = 50 * time.Millisecond
 			h, err := host.Open(ctxT(t), cfg)
 			require.NoError(t, err)

@@ -35,8 +35,6 @@ func newFakeBroker(t *testing.T, name string) *fakeBroker {
 	return b
 }
 
-func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 func TestRejoinerCallsWaitForTheNextBroker(t *testing.T) {
 	first := newFakeBroker(t, "first")
 	var firstUp atomic.Bool
@@ -50,7 +48,7 @@ func TestRejoinerCallsWaitForTheNextBroker(t *testing.T) {
 			return &link{client: first.bus, gone: first.gone, desc: "first"}, nil
 		}
 		return nil, errors.New("no broker yet")
-	}, quietLog())
+	}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	defer r.Close()
 	sess, err := r.Session(context.Background(), "s1")
@@ -101,7 +99,7 @@ func TestRejoinerCloseEndsAWaitingCall(t *testing.T) {
 			return &link{client: b.bus, gone: b.gone}, nil
 		}
 		return nil, errors.New("gone for good")
-	}, quietLog())
+	}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	sess, err := r.Session(context.Background(), "s1")
 	require.NoError(t, err)
@@ -126,7 +124,7 @@ func TestRejoinerCloseEndsAWaitingCall(t *testing.T) {
 // realBroker is a fake bus served by a real broker.
 func realBroker(t *testing.T) *fakebus.Bus {
 	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quietLog()})
+	b, err := broker.New(context.Background(), bus, broker.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { bus.Close(); b.Close() })
 	return bus
@@ -171,7 +169,7 @@ func TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd(t *testing.T) 
 			return &link{client: d, gone: d.gone, desc: "dying"}, nil
 		}
 		return &link{client: realBroker(t), gone: make(chan struct{}), desc: "healthy"}, nil
-	}, quietLog())
+	}, slog.New(slog.DiscardHandler))
 	require.NoError(t, err)
 	defer r.Close()
 	sess, err := r.Session(context.Background(), "s1")
@@ -179,7 +177,7 @@ func TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd(t *testing.T) 
 	defer sess.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	feed, err := runtime.NewFeed(ctx, sess, runtime.FeedConfig{PollInterval: 50 * time.Millisecond, Logger: quietLog()})
+	feed, err := runtime.NewFeed(ctx, sess, runtime.FeedConfig{PollInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer feed.Close()
 

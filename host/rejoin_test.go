@@ -97,7 +97,7 @@ func TestAHostRejoinsARestartedSidecar(t *testing.T) {
 	dir := t.TempDir()
 	path, data := filepath.Join(dir, "run", "connection.json"), filepath.Join(dir, "data")
 	sidecar(t, path, data)
-	cfg := host.Config{Bus: host.NATS, ConnectionFile: path, Logger: quiet()}
+	cfg := host.Config{Bus: host.NATS, ConnectionFile: path}
 	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
 	h, err := host.Open(ctxT(t), cfg)
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestAHostRejoinsARestartedSidecar(t *testing.T) {
 
 func TestAPipeHostRestartsItsBroker(t *testing.T) {
 	data := t.TempDir()
-	cfg := host.Config{Bus: host.Pipe, Logger: quiet(),
+	cfg := host.Config{Bus: host.Pipe,
 		BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", data, "--log-level=warn"}}
 	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
 	h, err := host.Open(ctxT(t), cfg)
@@ -144,7 +144,7 @@ func kill(pid int) error {
 // token is unknown; a delegate's concurrent calls register it again once,
 // and none fails unauthorized.
 func TestConcurrentCallsAfterARestartRegisterOnce(t *testing.T) {
-	h, err := host.Open(ctxT(t), host.Config{Bus: host.Fake, Logger: quiet()})
+	h, err := host.Open(ctxT(t), host.Config{Bus: host.Fake})
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })
 	d := spawn(t, session(t, h, "chat-1"), "worker")

@@ -24,7 +24,7 @@ func TestABrokerThatCannotStartIsRetriedWithBackoff(t *testing.T) {
 	data, starts := filepath.Join(dir, "data"), filepath.Join(dir, "starts")
 	// Each start leaves a line in starts.
 	argv := []string{"sh", "-c", `echo >> "$1"; exec "$2" serve --bus=pipe --data-dir "$3" --log-level=error`, "sh", starts, testbin.A2ABus(t), data}
-	h, err := host.Open(ctxT(t), host.Config{Bus: host.Pipe, Logger: quiet(), BrokerCommand: argv})
+	h, err := host.Open(ctxT(t), host.Config{Bus: host.Pipe, BrokerCommand: argv})
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })
 	d := spawn(t, session(t, h, "chat-1"), "worker")

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +24,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 const (
 	testBuffer = 64
 	testLimit  = 8192
@@ -38,7 +35,7 @@ var features = bustest.Features{BoundSessions: true, HostScope: transport.ScopeH
 
 func newBus(t *testing.T) *natsbus.Bus {
 	t.Helper()
-	b, err := natsbus.New(natsbus.Config{MaxMessageBytes: testLimit, CloseGrace: testGrace, Logger: quiet()})
+	b, err := natsbus.New(natsbus.Config{MaxMessageBytes: testLimit, CloseGrace: testGrace})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	return b
@@ -56,7 +53,7 @@ func TestConformanceInProcess(t *testing.T) {
 func TestConformanceTCPLoopback(t *testing.T) {
 	bustest.Run(t, features, func(t *testing.T) bustest.Harness {
 		b := newBus(t)
-		c, err := natsbus.Dial(natsbus.ClientConfig{URL: b.URL(), Token: b.Server().Token(), Buffer: testBuffer, MaxMessageBytes: testLimit, Logger: quiet()})
+		c, err := natsbus.Dial(natsbus.ClientConfig{URL: b.URL(), Token: b.Server().Token(), Buffer: testBuffer, MaxMessageBytes: testLimit})
 		require.NoError(t, err)
 		return bustest.Harness{Bus: b, Client: c}
 	})
@@ -96,10 +93,10 @@ func TestConformanceExternalServer(t *testing.T) {
 	bustest.Run(t, features, func(t *testing.T) bustest.Harness {
 		url, token := externalServer(t)
 		withToken := strings.Replace(url, "nats://", fmt.Sprintf("nats://%s@", token), 1)
-		b, err := natsbus.New(natsbus.Config{URL: withToken, MaxMessageBytes: testLimit, CloseGrace: testGrace, Logger: quiet()})
+		b, err := natsbus.New(natsbus.Config{URL: withToken, MaxMessageBytes: testLimit, CloseGrace: testGrace})
 		require.NoError(t, err)
 		t.Cleanup(func() { b.Close() })
-		c, err := natsbus.Dial(natsbus.ClientConfig{URL: url, Token: token, Buffer: testBuffer, MaxMessageBytes: testLimit, Logger: quiet()})
+		c, err := natsbus.Dial(natsbus.ClientConfig{URL: url, Token: token, Buffer: testBuffer, MaxMessageBytes: testLimit})
 		require.NoError(t, err)
 		return bustest.Harness{Bus: b, Client: c}
 	})

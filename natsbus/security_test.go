@@ -21,7 +21,7 @@ import (
 func brokerOn(t *testing.T) *natsbus.Bus {
 	t.Helper()
 	b := newBus(t)
-	br, err := broker.New(context.Background(), b, broker.Config{Logger: quiet()})
+	br, err := broker.New(context.Background(), b, broker.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close(); br.Close() })
 	return b
@@ -241,11 +241,11 @@ func TestSessionsCloseRevokesCredentials(t *testing.T) {
 
 func TestListenIsLoopbackUnlessAllowed(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:4222", ":0", "example.invalid:0"} {
-		_, err := natsbus.StartServer(natsbus.ServerConfig{Listen: addr, Logger: quiet()})
+		_, err := natsbus.StartServer(natsbus.ServerConfig{Listen: addr})
 		assert.True(t, errors.Is(err, natsbus.ErrNotLoopback), "%s: %v", addr, err)
 	}
 	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0"} {
-		s, err := natsbus.StartServer(natsbus.ServerConfig{Listen: addr, Logger: quiet()})
+		s, err := natsbus.StartServer(natsbus.ServerConfig{Listen: addr})
 		if addr == "[::1]:0" && err != nil && !errors.Is(err, natsbus.ErrNotLoopback) {
 			t.Logf("no IPv6 loopback here: %v", err)
 			continue
@@ -254,20 +254,20 @@ func TestListenIsLoopbackUnlessAllowed(t *testing.T) {
 		assert.True(t, strings.HasPrefix(s.URL(), "nats://127.0.0.1:") || strings.HasPrefix(s.URL(), "nats://[::1]:"), s.URL())
 		s.Close()
 	}
-	s, err := natsbus.StartServer(natsbus.ServerConfig{Listen: "0.0.0.0:0", AllowRemote: true, Logger: quiet()})
+	s, err := natsbus.StartServer(natsbus.ServerConfig{Listen: "0.0.0.0:0", AllowRemote: true})
 	require.NoError(t, err, "explicitly allowed")
 	s.Close()
 }
 
 func TestExternalServerHasNoSessionsMethods(t *testing.T) {
 	url, token := externalServer(t)
-	b, err := natsbus.New(natsbus.Config{URL: strings.Replace(url, "nats://", "nats://"+token+"@", 1), Logger: quiet()})
+	b, err := natsbus.New(natsbus.Config{URL: strings.Replace(url, "nats://", "nats://"+token+"@", 1)})
 	require.NoError(t, err)
-	br, err := broker.New(context.Background(), b, broker.Config{Logger: quiet()})
+	br, err := broker.New(context.Background(), b, broker.Config{})
 	require.NoError(t, err)
 	defer func() { b.Close(); br.Close() }()
 	assert.NotContains(t, b.URL(), token, "the URL shown carries no credential")
-	c, err := natsbus.Dial(natsbus.ClientConfig{URL: url, Token: token, Logger: quiet()})
+	c, err := natsbus.Dial(natsbus.ClientConfig{URL: url, Token: token})
 	require.NoError(t, err)
 	defer c.Close()
 	_, err = c.CallHost(context.Background(), wire.MethodSessionOpen, wire.SessionParams{ContextID: "s1"})

@@ -1,10 +1,8 @@
 package natsbus
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/a2a-bus/a2a-bus/internal/secret"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -148,7 +147,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{token: randomHex(32), servePass: randomHex(32), cfg: cfg, log: cfg.Logger, payload: limits.Payload, users: map[string]*credential{},
+	s := &Server{token: secret.Hex(32), servePass: secret.Hex(32), cfg: cfg, log: cfg.Logger, payload: limits.Payload, users: map[string]*credential{},
 		bySession: map[string]map[string]*credential{}, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
 	opts := &server.Options{
 		ServerName:      "a2a-bus",
@@ -448,7 +447,7 @@ func sessionPermissions(session string) *server.Permissions {
 
 // OpenSession issues a new credential for a session.
 func (s *Server) OpenSession(session string) wire.SessionCredentials {
-	user, password := randomHex(16), randomHex(32)
+	user, password := secret.Hex(16), secret.Hex(32)
 	cred := &credential{user: user, password: sha256.Sum256([]byte(password)), session: session, clients: map[uint64]bool{}}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -507,12 +506,4 @@ func (s *Server) Close() error {
 		s.ns.WaitForShutdown()
 	})
 	return nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("natsbus: no randomness: " + err.Error())
-	}
-	return hex.EncodeToString(b)
 }

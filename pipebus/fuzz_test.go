@@ -66,8 +66,8 @@ func FuzzServeLine(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bus := pipebus.New(reqR, respW, pipebus.Config{MaxMessageBytes: fuzzLimit, Logger: quiet()})
-		b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
+		bus := pipebus.New(reqR, respW, pipebus.Config{MaxMessageBytes: fuzzLimit})
+		b, err := broker.New(context.Background(), bus, broker.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -31,14 +30,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 func TestConformancePair(t *testing.T) {
 	const buffer, limit = 64, 8192
 	bustest.Run(t, bustest.Features{HostScope: transport.ScopeOwner, Buffer: buffer, MaxMessageBytes: limit},
 		func(t *testing.T) bustest.Harness {
 			bus, client, err := pipebus.Pair(
-				pipebus.Config{MaxMessageBytes: limit, CloseGrace: 50 * time.Millisecond, Logger: quiet()},
+				pipebus.Config{MaxMessageBytes: limit, CloseGrace: 50 * time.Millisecond},
 				pipebus.ClientConfig{Buffer: buffer})
 			require.NoError(t, err)
 			return bustest.Harness{Bus: bus, Client: client}
@@ -70,7 +67,7 @@ func startChild(t *testing.T, args ...string) (*pipebus.Child, *lockedBuffer) {
 	cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--bus=pipe", "--data-dir="}, args...)...)
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
-	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{Logger: quiet()})
+	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ch.Close()
@@ -396,7 +393,7 @@ func TestStalledReaderDoesNotWedgeTheBroker(t *testing.T) {
 	require.NoError(t, err)
 	defer respR.Close()
 	defer reqW.Close()
-	bus := pipebus.New(reqR, respW, pipebus.Config{Queue: 16, WriteTimeout: 200 * time.Millisecond, Logger: quiet()})
+	bus := pipebus.New(reqR, respW, pipebus.Config{Queue: 16, WriteTimeout: 200 * time.Millisecond})
 	defer bus.Close()
 	require.NoError(t, bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return nil })))
 	msg := []byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"s1","pad":"` + strings.Repeat("x", 4000) + `"}}`)
@@ -429,7 +426,7 @@ func TestClosedReaderStopsTheBus(t *testing.T) {
 	respR, respW, err := os.Pipe()
 	require.NoError(t, err)
 	defer reqW.Close()
-	bus := pipebus.New(reqR, respW, pipebus.Config{Logger: quiet()})
+	bus := pipebus.New(reqR, respW, pipebus.Config{})
 	defer bus.Close()
 	require.NoError(t, bus.Serve(transport.HandlerFunc(func(context.Context, transport.Caller, []byte) []byte { return nil })))
 	require.NoError(t, respR.Close())
@@ -446,7 +443,7 @@ func TestClosedReaderStopsTheBus(t *testing.T) {
 // only request slot held and the pipe full, a call gives up at its
 // deadline instead of blocking in the write.
 func TestCallHonoursItsContextWhileTheBrokerDoesNotRead(t *testing.T) {
-	bus, client, err := pipebus.Pair(pipebus.Config{MaxInFlight: 1, Logger: quiet()}, pipebus.ClientConfig{Logger: quiet()})
+	bus, client, err := pipebus.Pair(pipebus.Config{MaxInFlight: 1}, pipebus.ClientConfig{})
 	require.NoError(t, err)
 	defer bus.Close()
 	defer client.Close()
@@ -485,7 +482,7 @@ func TestCallHonoursItsContextWhileTheBrokerDoesNotRead(t *testing.T) {
 // answered with an error for its call instead of a line the host end
 // would skip.
 func TestAnOversizedResponseIsAnError(t *testing.T) {
-	bus, client, err := pipebus.Pair(pipebus.Config{Logger: quiet()}, pipebus.ClientConfig{Logger: quiet()})
+	bus, client, err := pipebus.Pair(pipebus.Config{}, pipebus.ClientConfig{})
 	require.NoError(t, err)
 	defer bus.Close()
 	defer client.Close()

@@ -16,13 +16,13 @@ import (
 func Example() {
 	ctx := context.Background()
 	bus := fakebus.New(fakebus.Config{}) // any bus: NATS, the pipe, ...
-	b, _ := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
+	b, _ := broker.New(context.Background(), bus, broker.Config{})
 	defer b.Close()
 	defer bus.Close()
 
 	start := func(session string) *runtime.Runtime {
 		sess, _ := bus.Session(ctx, session)
-		rt, _ := runtime.New(ctx, sess, runtime.Config{Logger: quiet()})
+		rt, _ := runtime.New(ctx, sess, runtime.Config{})
 		return rt
 	}
 	chat1, chat2 := start("chat-1"), start("chat-2")

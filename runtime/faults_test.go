@@ -24,7 +24,7 @@ type faultEnv struct {
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	e := &faultEnv{bus: fakebus.New(fakebus.Config{}), store: store.NewMemory(), rts: map[string]*runtime.Runtime{}}
-	b, err := broker.New(context.Background(), e.bus, broker.Config{Store: e.store, Logger: quiet()})
+	b, err := broker.New(context.Background(), e.bus, broker.Config{Store: e.store})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		for _, rt := range e.rts {
@@ -40,7 +40,7 @@ func (e *faultEnv) runtime(t *testing.T, session string) *runtime.Runtime {
 	t.Helper()
 	sess, err := e.bus.Session(ctxT(t), session)
 	require.NoError(t, err)
-	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 30 * time.Millisecond}, Logger: quiet()})
+	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 30 * time.Millisecond}})
 	require.NoError(t, err)
 	e.rts[session] = rt
 	return rt
@@ -111,7 +111,7 @@ func TestWaitingDelegateWakesAcrossABrokerRestart(t *testing.T) {
 
 	// The broker dies; a new one starts on the same store.
 	e.bus.Unserve()
-	b2, err := broker.New(context.Background(), e.bus, broker.Config{Store: e.store, Logger: quiet()})
+	b2, err := broker.New(context.Background(), e.bus, broker.Config{Store: e.store})
 	require.NoError(t, err)
 	defer b2.Close()
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -20,8 +18,6 @@ import (
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -73,7 +69,6 @@ type feedEnv struct {
 func newFeedEnv(t *testing.T, bcfg broker.Config, fcfg fakebus.Config, poll time.Duration) *feedEnv {
 	t.Helper()
 	bus := fakebus.New(fcfg)
-	bcfg.Logger = quiet()
 	b, err := broker.New(context.Background(), bus, bcfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { bus.Close(); b.Close() })
@@ -81,7 +76,7 @@ func newFeedEnv(t *testing.T, bcfg broker.Config, fcfg fakebus.Config, poll time
 	other, token := registerRaw(t, bus, "s2", "b")
 	// An event before the feed starts is not the feed's business.
 	pusher{other, token}.push(t, "a", -1)
-	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: poll, Logger: quiet()})
+	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: poll})
 	require.NoError(t, err)
 	t.Cleanup(func() { feed.Close() })
 	return &feedEnv{bus: bus, feed: feed, pusher: pusher{other, token}}
@@ -171,9 +166,9 @@ func TestFeedEndsWithItsSession(t *testing.T) {
 // notifications falls far behind; the feed still delivers every event,
 // in order, by replay.
 func TestFeedOverNATSWithATinyBuffer(t *testing.T) {
-	bus, err := natsbus.New(natsbus.Config{Logger: quiet()})
+	bus, err := natsbus.New(natsbus.Config{})
 	require.NoError(t, err)
-	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
+	b, err := broker.New(context.Background(), bus, broker.Config{})
 	require.NoError(t, err)
 	t.Cleanup(func() { bus.Close(); b.Close() })
 	slow, err := bus.Connect(natsbus.ClientConfig{Buffer: 4})
@@ -182,7 +177,7 @@ func TestFeedOverNATSWithATinyBuffer(t *testing.T) {
 	require.NoError(t, err)
 	sess, _ := registerRaw(t, slow, "s1", "a")
 	other, token := registerRaw(t, fast, "s2", "b")
-	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: time.Hour, Logger: quiet()})
+	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: time.Hour})
 	require.NoError(t, err)
 	defer feed.Close()
 	const n = 300

@@ -21,9 +21,8 @@ import (
 func fakeRuntimes(t *testing.T, cfg runtime.Config, sessions ...string) []*runtime.Runtime {
 	t.Helper()
 	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet(), MaxTasksPerContext: 10000})
+	b, err := broker.New(context.Background(), bus, broker.Config{MaxTasksPerContext: 10000})
 	require.NoError(t, err)
-	cfg.Logger = quiet()
 	var rts []*runtime.Runtime
 	for _, s := range sessions {
 		sess, err := bus.Session(ctxT(t), s)
@@ -146,14 +145,14 @@ func TestOverflowResyncEndsWithTheDelegate(t *testing.T) {
 // TestWaitEndsWhenThePipeBrokerIsGone: once the pipe's broker end is gone
 // for good, a waiting delegate is told, not left waiting.
 func TestWaitEndsWhenThePipeBrokerIsGone(t *testing.T) {
-	bus, client, err := pipebus.Pair(pipebus.Config{Logger: quiet()}, pipebus.ClientConfig{Logger: quiet()})
+	bus, client, err := pipebus.Pair(pipebus.Config{}, pipebus.ClientConfig{})
 	require.NoError(t, err)
-	b, err := broker.New(context.Background(), bus, broker.Config{Logger: quiet()})
+	b, err := broker.New(context.Background(), bus, broker.Config{})
 	require.NoError(t, err)
 	defer client.Close()
 	sess, err := client.Session(ctxT(t), "s1")
 	require.NoError(t, err)
-	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Logger: quiet(), Feed: runtime.FeedConfig{PollInterval: 50 * time.Millisecond}})
+	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 50 * time.Millisecond}})
 	require.NoError(t, err)
 	defer rt.Close()
 	d, err := rt.Spawn(ctxT(t), wire.AgentCard{Name: "a"})

@@ -270,7 +270,7 @@ func DecodeEvent(raw []byte) (*Event, error) {
 	case NotifyPush:
 		ev.Push = &Push{EventHead: p.EventHead, From: p.From, Message: p.Message}
 	default:
-		return nil, fieldErr("method", "unknown notification %s", quoteShort(n.Method))
+		return nil, fieldErr("method", "unknown notification %s", Quote(n.Method))
 	}
 	return ev, nil
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -135,7 +136,7 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 // Validate checks the card as the client sends it.
 func (c *AgentCard) Validate(path string) error {
 	if !ValidName(c.Name) {
-		return fieldErr(path+".name", "must be 1 to %d of A-Za-z0-9._- (got %s)", MaxNameLen, quoteShort(c.Name))
+		return fieldErr(path+".name", "must be 1 to %d of A-Za-z0-9._- (got %s)", MaxNameLen, Quote(c.Name))
 	}
 	return validMetadata(path+".metadata", c.Metadata)
 }
@@ -232,7 +233,7 @@ func (p *Part) Validate(path string) error {
 	case "":
 		return fieldErr(path+".kind", "required (text, data or file)")
 	default:
-		return fieldErr(path+".kind", "must be text, data or file (got %s)", quoteShort(string(p.Kind)))
+		return fieldErr(path+".kind", "must be text, data or file (got %s)", Quote(string(p.Kind)))
 	}
 	if len(present) != 1 || present[0] != string(p.Kind) {
 		return fieldErr(path, "a %s part has exactly the member %q (has %s)", p.Kind, string(p.Kind), listOrNone(present))
@@ -406,11 +407,19 @@ func (t *Task) WithoutHistory() *Task {
 	return &c
 }
 
-func quoteShort(s string) string {
-	if len(s) > 80 {
-		s = s[:80] + "…"
+// Quote renders caller-supplied text for an error message or a log: at
+// most 80 bytes of it, cut on a character boundary, then Go-quoted so
+// that control characters and invalid bytes show as escapes.
+func Quote(s string) string {
+	const max = 80
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
-	return fmt.Sprintf("%q", s)
+	return strconv.Quote(s)
 }
 
 func listOrNone(s []string) string {

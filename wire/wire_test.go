@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -131,4 +134,17 @@ func TestParamsMatchMembersByExactName(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 		})
 	}
+}
+
+func TestQuoteCutsOnACharacterBoundary(t *testing.T) {
+	// 79 ASCII bytes then a 3-byte character straddling byte 80.
+	long := strings.Repeat("a", 79) + "€€€"
+	q := wire.Quote(long)
+	unq, err := strconv.Unquote(q)
+	require.NoError(t, err)
+	assert.True(t, utf8.ValidString(unq), "%q", unq)
+	assert.Equal(t, strings.Repeat("a", 79)+"…", unq)
+
+	assert.Equal(t, `"a\"b\n"`, wire.Quote("a\"b\n"), "quotes and control characters are escaped")
+	assert.Equal(t, `"short"`, wire.Quote("short"))
 }

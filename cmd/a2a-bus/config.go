@@ -185,6 +185,3 @@ func report(stderr io.Writer, cmd string, err error) int {
 	fmt.Fprintf(stderr, "a2a-bus %s: %v\n", cmd, err)
 	return exitFailure
 }
-
-// quietLogger discards: the operator's commands report errors themselves.
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

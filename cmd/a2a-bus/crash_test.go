@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +26,7 @@ func startPipeBroker(t *testing.T, dataDir string) *pipebus.Child {
 	t.Helper()
 	cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", dataDir, "--log-level=warn")
 	cmd.Env = testEnv(t)
-	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{Logger: quiet()})
+	ch, err := pipebus.Start(cmd, pipebus.ClientConfig{})
 	require.NoError(t, err)
 	t.Cleanup(func() { ch.Close() })
 	// Once it answers, it holds its data dir.
@@ -203,8 +201,6 @@ func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
 		}
 	}
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // TestDataDirProblemsStopTheStart: a data dir held by another broker, a
 // corrupt file and a file of a newer schema each stop serve with one line

@@ -39,7 +39,7 @@ type brokerRef struct {
 
 // dial connects as the host.
 func (h *hostFlags) dial() (*natsbus.Client, brokerRef, error) {
-	cfg := natsbus.ClientConfig{NoReconnect: true, Logger: quietLogger()}
+	cfg := natsbus.ClientConfig{NoReconnect: true}
 	var ref brokerRef
 	if h.natsURL == "" && (h.token != "" || h.natsCreds != "") {
 		return nil, ref, usageErrorf("--token and --nats-creds go with --nats-url")

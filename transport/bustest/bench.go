@@ -150,7 +150,6 @@ func benchBroker(b *testing.B, h Harness, cfg broker.Config) func() {
 	if h.Bus == nil {
 		return func() {}
 	}
-	cfg.Logger = quiet()
 	br, err := broker.New(context.Background(), h.Bus, cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -17,8 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -127,7 +125,7 @@ func Run(t *testing.T, f Features, newHarness func(t *testing.T) Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := s.harness(t)
 			if h.Bus != nil {
-				b, err := broker.New(context.Background(), h.Bus, broker.Config{Logger: quiet()})
+				b, err := broker.New(context.Background(), h.Bus, broker.Config{})
 				require.NoError(t, err)
 				t.Cleanup(func() {
 					h.Client.Close()
@@ -156,8 +154,6 @@ func (s *suite) harness(t *testing.T) Harness {
 	})
 	return h
 }
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
