@@ -33,7 +33,7 @@ func (b *Broker) adminMethods() map[string]method {
 func (b *Broker) adminInfo(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	open, err := b.store.OpenCount(ctx)
 	if err != nil {
-		return nil, b.internal("count open tasks", err)
+		return nil, b.storeFailure("count open tasks", err)
 	}
 	b.reg.mu.RLock()
 	agents, sessions := len(b.reg.byID), len(b.reg.bySession)
@@ -75,7 +75,7 @@ func (b *Broker) adminTasks(ctx context.Context, _ transport.Caller, params json
 	}
 	recs, more, err := b.store.List(ctx, store.Query{OpenOnly: true, After: p.PageToken, Limit: size, MaxBytes: b.limits.Page()})
 	if err != nil {
-		return nil, b.internal("list open tasks", err)
+		return nil, b.storeFailure("list open tasks", err)
 	}
 	res := wire.AdminTasks{Open: make([]wire.AdminTask, 0, len(recs))}
 	for _, r := range recs {
@@ -152,7 +152,7 @@ func (b *Broker) closeSession(revoker transport.SessionRevoker) func(context.Con
 			return nil, wire.ErrInvalidParams.Withf("%v", err)
 		}
 		if err := revoker.RevokeSession(ctx, p.ContextID); err != nil {
-			return nil, b.internal("revoke the session's credentials", err)
+			return nil, b.storeFailure("revoke the session's credentials", err)
 		}
 		res := wire.SessionCloseResult{Deregistered: []string{}}
 		if !p.KeepAgents {

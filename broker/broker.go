@@ -345,9 +345,9 @@ func (b *Broker) call(ctx context.Context, from transport.Caller, req *wire.Requ
 	return m.serve(ctx, from, req.Params)
 }
 
-// internal turns a store failure into the error a client sees. The
+// storeFailure turns a store failure into the error a client sees. The
 // request may be retried.
-func (b *Broker) internal(op string, err error) *wire.Error {
+func (b *Broker) storeFailure(op string, err error) *wire.Error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return wire.ErrInternal.Withf("%s: the broker is shutting down", op)
 	}

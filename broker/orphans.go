@@ -23,7 +23,7 @@ func (b *Broker) startOrphanSweep(ctx context.Context) error {
 	err := b.eachPage(ctx, store.Query{OpenOnly: true}, func(recs []*store.Record) error {
 		for _, r := range recs {
 			tasks++
-			for _, m := range []member{{r.RequesterInstance, r.Task.ContextID}, {r.AgentInstance, r.Task.AgentContextID}} {
+			for _, m := range []member{{r.RequesterInstance, r.Task.ContextID}, {r.AssigneeInstance, r.Task.AgentContextID}} {
 				if !waiting[m.instance] {
 					waiting[m.instance] = true
 					members = append(members, m)

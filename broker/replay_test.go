@@ -120,7 +120,7 @@ func TestReplay_RecoversEventsLostOnTheBus(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.reply(task.ID, "lost two")
 	require.NoError(t, err)
-	e.bus.Connect("s2")
+	e.bus.Reconnect("s2")
 	e.noEvent("s2")
 	_, err = a.reply(task.ID, "seen")
 	require.NoError(t, err)

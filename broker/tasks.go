@@ -231,7 +231,7 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 			Metadata:       p.Metadata,
 		},
 		RequesterInstance: self.instance,
-		AgentInstance:     peer.instance,
+		AssigneeInstance:  peer.instance,
 	}
 	rec.Size = jsonLen(&rec.Task)
 	if rec.Size > b.limits.Task {
@@ -243,7 +243,7 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		if errors.Is(err, store.ErrLimit) {
 			return nil, wire.ErrTaskLimit.Withf("session already has %d open tasks", b.cfg.MaxTasksPerContext)
 		}
-		return nil, b.internal("create task", err)
+		return nil, b.storeFailure("create task", err)
 	}
 	b.notifyTask(&rec.Task, peer.id, peer.session, self.session, wire.EventCreated, &msg)
 	return wire.TaskResult{Task: &rec.Task}, nil
@@ -265,7 +265,7 @@ func memberOf(rec *store.Record, a *agent) member {
 	switch a.instance {
 	case rec.RequesterInstance:
 		return requester
-	case rec.AgentInstance:
+	case rec.AssigneeInstance:
 		return assignee
 	}
 	return stranger
@@ -283,7 +283,7 @@ func (b *Broker) loadTask(ctx context.Context, self *agent, id string) (*store.R
 		return nil, stranger, wire.ErrUnknownTask.Withf("no task %s", wire.Quote(id))
 	}
 	if err != nil {
-		return nil, stranger, b.internal("read task", err)
+		return nil, stranger, b.storeFailure("read task", err)
 	}
 	m := memberOf(rec, self)
 	if m == stranger {
@@ -292,10 +292,10 @@ func (b *Broker) loadTask(ctx context.Context, self *agent, id string) (*store.R
 	return rec, m, nil
 }
 
-// other returns the address of the member that did not act: its live
+// counterpart returns the address of the member that did not act: its live
 // registration, else the name and session the task recorded.
-func (b *Broker) other(rec *store.Record, actor member) (id, session string) {
-	instance, id, session := rec.AgentInstance, rec.Task.AgentName, rec.Task.AgentContextID
+func (b *Broker) counterpart(rec *store.Record, actor member) (id, session string) {
+	instance, id, session := rec.AssigneeInstance, rec.Task.AgentName, rec.Task.AgentContextID
 	if actor == assignee {
 		instance, id, session = rec.RequesterInstance, rec.Task.RequesterName, rec.Task.ContextID
 	}
@@ -312,7 +312,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	if werr != nil {
 		return nil, werr
 	}
-	otherID, otherSession := b.other(rec, m)
+	otherID, otherSession := b.counterpart(rec, m)
 	if p.To != "" {
 		recorded := rec.Task.AgentName
 		if m == assignee {
@@ -348,7 +348,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 		return nil, b.tooBig()
 	}
 	if err != nil {
-		return nil, b.internal("append message", err)
+		return nil, b.storeFailure("append message", err)
 	}
 	b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventMessage, &msg)
 	return wire.TaskResult{Task: &rec.Task}, nil
@@ -388,7 +388,7 @@ func (b *Broker) listTasks(ctx context.Context, from transport.Caller, params js
 		q.After, q.Limit, q.MaxBytes = p.PageToken, size, b.limits.Page()
 		recs, more, err := b.store.List(ctx, q)
 		if err != nil {
-			return nil, b.internal("list tasks", err)
+			return nil, b.storeFailure("list tasks", err)
 		}
 		res := wire.ListTasksResult{Tasks: make([]*wire.Task, len(recs))}
 		for i, r := range recs {
@@ -481,7 +481,7 @@ func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params j
 
 // transition moves an open task to state and notifies the other member.
 func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record, m member, state wire.State, msg *wire.Message, artifacts []wire.Artifact) (any, *wire.Error) {
-	otherID, otherSession := b.other(rec, m)
+	otherID, otherSession := b.counterpart(rec, m)
 	id := rec.Task.ID
 	// What the task grows by besides its status: the message in its
 	// history, the artifacts.
@@ -524,7 +524,7 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 		return nil, b.tooBig()
 	}
 	if err != nil {
-		return nil, b.internal("update task", err)
+		return nil, b.storeFailure("update task", err)
 	}
 	b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventStatus, msg)
 	return wire.TaskResult{Task: &rec.Task}, nil
@@ -540,7 +540,7 @@ func (b *Broker) closeTasksOf(ctx context.Context, instance, session string) *wi
 		return nil
 	})
 	if err != nil && failed == nil {
-		failed = b.internal("list tasks of a departed agent", err)
+		failed = b.storeFailure("list tasks of a departed agent", err)
 	}
 	return failed
 }
@@ -551,10 +551,10 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 	for _, rec := range recs {
 		m := requester
 		state := wire.StateCanceled
-		if rec.AgentInstance == instance {
+		if rec.AssigneeInstance == instance {
 			m, state = assignee, wire.StateFailed
 		}
-		otherID, otherSession := b.other(rec, m)
+		otherID, otherSession := b.counterpart(rec, m)
 		unlock := b.lockTask(rec.Task.ID)
 		updated, err := b.store.Update(ctx, rec.Task.ID, func(r *store.Record) error {
 			if r.Task.Status.State.Terminal() {
@@ -575,7 +575,7 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 		unlock()
 		if err != nil && !errors.Is(err, errTerminal) && *failed == nil {
 			// Go on with the others; report the first failure.
-			*failed = b.internal("close task of a departed agent", err)
+			*failed = b.storeFailure("close task of a departed agent", err)
 		}
 	}
 }

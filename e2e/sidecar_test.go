@@ -135,7 +135,7 @@ func call(t *testing.T, nc *nats.Conn, subject, inbox, method string, params any
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", method, err)
 	}
-	return wire.ResultOf(msg.Data)
+	return wire.DecodeResult(msg.Data)
 }
 
 // hostCall is a host-only request on a2a.host.rpc.

@@ -184,7 +184,7 @@ func TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd(t *testing.T) 
 	close(firstGone) // the first broker dies
 	it, err := feed.Next(ctx)
 	require.NoError(t, err, "the session is open and a healthy broker is next: the feed goes on")
-	require.NotNil(t, it.Reset, "with a new epoch")
+	require.NotNil(t, it.Gap, "with a new epoch")
 	assert.GreaterOrEqual(t, dials.Load(), int32(3))
 }
 

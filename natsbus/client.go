@@ -262,7 +262,7 @@ func (c *Client) request(ctx, scope context.Context, subject, session, method st
 	msg, err := c.roundTrip(rctx, subject, session, req)
 	switch {
 	case err == nil:
-		return wire.ResultOf(msg.Data)
+		return wire.DecodeResult(msg.Data)
 	case scope.Err() != nil:
 		return nil, transport.ErrClosed
 	case ctx.Err() != nil:

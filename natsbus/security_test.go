@@ -36,7 +36,7 @@ func rawRequest(t *testing.T, nc *nats.Conn, subject, method string, params any)
 	if err != nil {
 		return nil, err
 	}
-	return wire.ResultOf(msg.Data)
+	return wire.DecodeResult(msg.Data)
 }
 
 // inboxRequest sends a request as a host must: on a session's subject

@@ -275,7 +275,7 @@ func (c *Client) call(ctx context.Context, s *session, method string, params any
 		if r.err != nil {
 			return nil, r.err
 		}
-		return wire.ResultOf(r.raw)
+		return wire.DecodeResult(r.raw)
 	case <-ctx.Done():
 		forget()
 		return nil, ctx.Err()

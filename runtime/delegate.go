@@ -169,9 +169,9 @@ func (d *Delegate) credentials() (string, error) {
 	return d.token, nil
 }
 
-// heard records what the delegate now knows of a task from a call's
+// noteSeen records what the delegate now knows of a task from a call's
 // result.
-func (d *Delegate) heard(t *wire.Task) {
+func (d *Delegate) noteSeen(t *wire.Task) {
 	if t == nil {
 		return
 	}
@@ -180,12 +180,12 @@ func (d *Delegate) heard(t *wire.Task) {
 	d.seen[t.ID] = t.UpdatedAt
 }
 
-// do runs one call with the delegate's token. A token the broker no
+// callWithToken runs one call with the delegate's token. A token the broker no
 // longer knows means that the broker restarted (it keeps no
 // registrations): the delegate registers again by instance id, unless
 // someone did meanwhile (the runtime does, when it sees the new epoch),
 // and the call is tried again with the new token, a few times at most.
-func (d *Delegate) do(ctx context.Context, call func(token string) error) error {
+func (d *Delegate) callWithToken(ctx context.Context, call func(token string) error) error {
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
 		token, err := d.credentials()
@@ -210,13 +210,13 @@ func (d *Delegate) do(ctx context.Context, call func(token string) error) error 
 // changed).
 func (d *Delegate) taskCall(ctx context.Context, method string, params func(token string) any) (*wire.Task, error) {
 	var res wire.TaskResult
-	err := d.do(ctx, func(token string) error {
+	err := d.callWithToken(ctx, func(token string) error {
 		return d.r.call(ctx, method, params(token), &res)
 	})
 	if err != nil {
 		return nil, err
 	}
-	d.heard(res.Task)
+	d.noteSeen(res.Task)
 	return res.Task, nil
 }
 
@@ -227,7 +227,7 @@ func (d *Delegate) Peers(ctx context.Context) ([]wire.AgentCard, error) {
 	p := wire.ListAgentsParams{PageParams: wire.PageParams{PageSize: wire.MaxPageSize}}
 	for {
 		var res wire.ListAgentsResult
-		err := d.do(ctx, func(token string) error {
+		err := d.callWithToken(ctx, func(token string) error {
 			p.Token = token
 			return d.r.call(ctx, wire.MethodListAgents, p, &res)
 		})
@@ -261,7 +261,7 @@ func (d *Delegate) Send(ctx context.Context, to string, msg wire.Message, metada
 // Push sends a oneway message (no task); it returns the recipient's id.
 func (d *Delegate) Push(ctx context.Context, to string, msg wire.Message) (string, error) {
 	var res wire.SendResult
-	err := d.do(ctx, func(token string) error {
+	err := d.callWithToken(ctx, func(token string) error {
 		return d.r.call(ctx, wire.MethodSend, wire.SendParams{Token: token, To: to, Message: &msg, Oneway: true}, &res)
 	})
 	return res.Delivered, err
@@ -289,7 +289,7 @@ func (d *Delegate) Tasks(ctx context.Context, state wire.State, role wire.ListRo
 		return nil, err
 	}
 	for _, t := range tasks {
-		d.heard(t)
+		d.noteSeen(t)
 	}
 	return tasks, nil
 }
@@ -300,7 +300,7 @@ func (d *Delegate) listTasks(ctx context.Context, state wire.State, role wire.Li
 	p := wire.ListTasksParams{State: state, Role: role}
 	for {
 		var res wire.ListTasksResult
-		err := d.do(ctx, func(token string) error {
+		err := d.callWithToken(ctx, func(token string) error {
 			p.Token = token
 			return d.r.call(ctx, wire.MethodListTasks, p, &res)
 		})
@@ -423,9 +423,9 @@ func (d *Delegate) resyncNow(ctx context.Context, reason string) (*Resync, error
 	return &Resync{Reason: reason, Changed: changed, RenamedFrom: rename}, nil
 }
 
-// handedOut records what the delegate now knows of a task from an event
+// noteDelivered records what the delegate now knows of a task from an event
 // Wait gives it.
-func (d *Delegate) handedOut(ev Event) {
+func (d *Delegate) noteDelivered(ev Event) {
 	if ev.Task != nil && ev.Task.Task != nil {
 		d.mu.Lock()
 		d.seen[ev.Task.Task.ID] = ev.Task.Task.UpdatedAt
@@ -495,7 +495,7 @@ func (d *Delegate) Wait(ctx context.Context) (Event, error) {
 				}
 				d.qmu.Unlock()
 				ev := Event{Resync: rs}
-				d.handedOut(ev)
+				d.noteDelivered(ev)
 				d.signal()
 				return ev, nil
 			}
@@ -516,7 +516,7 @@ func (d *Delegate) Wait(ctx context.Context) (Event, error) {
 			if more {
 				d.signal() // another waiter may take the next one
 			}
-			d.handedOut(it.ev)
+			d.noteDelivered(it.ev)
 			return it.ev, nil
 		}
 		select {

@@ -4,12 +4,20 @@ package runtime
 type FeedStats struct {
 	// Replayed counts events fetched by replay rather than received.
 	Replayed uint64
-	// Resets counts the Resets returned.
-	Resets uint64
+	// Gaps counts the Gaps returned.
+	Gaps uint64
 }
 
 // Stats returns what the feed has recovered so far.
-func (f *Feed) Stats() FeedStats { return FeedStats{Replayed: f.replayed, Resets: f.resets} }
+func (f *Feed) Stats() FeedStats { return FeedStats{Replayed: f.replayed, Gaps: f.gaps} }
 
 // Waiting reports whether a Wait of the delegate is blocked for an event.
 func (d *Delegate) Waiting() bool { return d.waiters.Load() > 0 }
+
+// Overflowed reports whether the delegate's wait queue has dropped
+// events that a Resync has yet to report.
+func (d *Delegate) Overflowed() bool {
+	d.qmu.Lock()
+	defer d.qmu.Unlock()
+	return d.overflow
+}

@@ -81,7 +81,7 @@ func TestWaitingDelegateWakesThoughTheEventWasLost(t *testing.T) {
 	e.bus.Disconnect("s1")
 	_, err = worker.Update(ctxT(t), task.ID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
 	require.NoError(t, err)
-	e.bus.Connect("s1")
+	e.bus.Reconnect("s1")
 
 	ev, ok := <-events
 	require.True(t, ok, "the waiting delegate never woke")

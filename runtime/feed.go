@@ -29,19 +29,19 @@ type FeedConfig struct {
 	Logger *slog.Logger
 }
 
-// Item is what Feed.Next returns: an event, or a reset.
+// Item is what Feed.Next returns: an event, or a gap.
 type Item struct {
 	// Event is the next notification for the session, in seq order.
 	Event *wire.Event
-	// Reset, when set, says that events may have been lost for good: the
+	// Gap, when set, says that events may have been lost for good: the
 	// broker restarted (a new epoch: registrations are gone too), or
 	// replay no longer holds what was missed. Whoever consumes the feed
 	// re-reads its state (re-registers, lists its tasks).
-	Reset *Reset
+	Gap *Gap
 }
 
-// Reset describes a break in the feed.
-type Reset struct {
+// Gap describes a break in the feed.
+type Gap struct {
 	// Epoch is the broker's current epoch.
 	Epoch string
 	// NewEpoch is true when the broker restarted.
@@ -66,7 +66,7 @@ type Feed struct {
 	next  uint64 // the next seq expected
 	queue []Item
 
-	replayed, resets uint64
+	replayed, gaps uint64
 }
 
 // ErrFeedClosed is returned by Next once the session is closed.
@@ -126,7 +126,7 @@ func (f *Feed) replay(ctx context.Context, epoch string, after uint64) (*wire.Re
 	return &res, nil
 }
 
-// Next returns the session's next event, or a Reset. While it waits it
+// Next returns the session's next event, or a Gap. While it waits it
 // polls the broker every PollInterval. It returns ctx's error when ctx
 // ends, and ErrFeedClosed once the session is closed.
 func (f *Feed) Next(ctx context.Context) (Item, error) {
@@ -207,8 +207,8 @@ func (f *Feed) take(ctx context.Context, raw []byte) error {
 		}
 		if h.Seq > f.next {
 			// Replay could not fill it: lost for good.
-			f.queue = append(f.queue, Item{Reset: &Reset{Epoch: f.epoch, Reason: fmt.Sprintf("events %d to %d are lost", f.next, h.Seq-1)}})
-			f.resets++
+			f.queue = append(f.queue, Item{Gap: &Gap{Epoch: f.epoch, Reason: fmt.Sprintf("events %d to %d are lost", f.next, h.Seq-1)}})
+			f.gaps++
 		}
 	}
 	f.queue = append(f.queue, Item{Event: ev})
@@ -217,7 +217,7 @@ func (f *Feed) take(ctx context.Context, raw []byte) error {
 }
 
 // catchUp replays everything after the last delivered seq. A gap that
-// replay cannot fill, or a new epoch, becomes a Reset, after which the
+// replay cannot fill, or a new epoch, becomes a Gap, after which the
 // feed follows the broker from what it still holds. It reports whether
 // the broker answered; a broker out of reach is no error (the next poll
 // tries again).
@@ -242,8 +242,8 @@ func (f *Feed) catchUp(ctx context.Context, why string) (answered bool, err erro
 			if why != "" {
 				reason = why + ": " + reason
 			}
-			f.queue = append(f.queue, Item{Reset: &Reset{Epoch: we.Data.Epoch, NewEpoch: newEpoch, Reason: reason}})
-			f.resets++
+			f.queue = append(f.queue, Item{Gap: &Gap{Epoch: we.Data.Epoch, NewEpoch: newEpoch, Reason: reason}})
+			f.gaps++
 			f.epoch, f.next = we.Data.Epoch, max(we.Data.OldestSeq, 1)
 			if newEpoch {
 				f.next = 1

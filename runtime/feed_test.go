@@ -54,7 +54,7 @@ func (p pusher) push(t *testing.T, to string, n int) {
 
 func pushedNumber(t *testing.T, it runtime.Item) string {
 	t.Helper()
-	require.Nil(t, it.Reset, "unexpected reset: %+v", it.Reset)
+	require.Nil(t, it.Gap, "unexpected reset: %+v", it.Gap)
 	require.NotNil(t, it.Event)
 	require.NotNil(t, it.Event.Push)
 	return *it.Event.Push.Message.Parts[0].Text
@@ -101,7 +101,7 @@ func TestFeedFillsAGapByReplay(t *testing.T) {
 	e.bus.Disconnect("s1")
 	e.pusher.push(t, "a", 1)
 	e.pusher.push(t, "a", 2)
-	e.bus.Connect("s1")
+	e.bus.Reconnect("s1")
 	e.pusher.push(t, "a", 3)
 	for i := range 4 {
 		it, err := e.feed.Next(ctxT(t))
@@ -129,24 +129,24 @@ func TestFeedFindsALostLastEventByPolling(t *testing.T) {
 	e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, 20*time.Millisecond)
 	e.bus.Disconnect("s1")
 	e.pusher.push(t, "a", 7)
-	e.bus.Connect("s1")
+	e.bus.Reconnect("s1")
 	it, err := e.feed.Next(ctxT(t))
 	require.NoError(t, err)
 	assert.Equal(t, "7", pushedNumber(t, it))
 }
 
-func TestFeedResetsWhenReplayCannotFill(t *testing.T) {
+func TestFeedReportsAGapWhenReplayCannotFill(t *testing.T) {
 	e := newFeedEnv(t, broker.Config{ReplayWindow: 3}, fakebus.Config{}, time.Hour)
 	e.bus.Disconnect("s1")
 	for i := range 10 {
 		e.pusher.push(t, "a", i)
 	}
-	e.bus.Connect("s1")
+	e.bus.Reconnect("s1")
 	e.pusher.push(t, "a", 10)
 	it, err := e.feed.Next(ctxT(t))
 	require.NoError(t, err)
-	require.NotNil(t, it.Reset, "events 0 to 7 are gone: the consumer must re-read")
-	assert.False(t, it.Reset.NewEpoch)
+	require.NotNil(t, it.Gap, "events 0 to 7 are gone: the consumer must re-read")
+	assert.False(t, it.Gap.NewEpoch)
 	// Then what the broker still holds, in order.
 	for _, want := range []string{"8", "9", "10"} {
 		it, err := e.feed.Next(ctxT(t))
@@ -191,7 +191,7 @@ func TestFeedOverNATSWithATinyBuffer(t *testing.T) {
 		require.Equal(t, fmt.Sprint(i), pushedNumber(t, it))
 	}
 	assert.Positive(t, feed.Stats().Replayed, "the tiny buffer dropped events, and replay brought them back")
-	assert.Zero(t, feed.Stats().Resets)
+	assert.Zero(t, feed.Stats().Gaps)
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

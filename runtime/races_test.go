@@ -91,8 +91,8 @@ func TestEventsDuringSpawnReachTheNewDelegate(t *testing.T) {
 }
 
 // TestOverflowResyncNamesTheDroppedTasks: with a queue of one, three
-// tasks arrive; the delegate gets the first as an event, then a Resync
-// that names the two whose events were dropped.
+// tasks arrive; each is either handed out as an event or named by the
+// Resync that follows the drop.
 func TestOverflowResyncNamesTheDroppedTasks(t *testing.T) {
 	rts := fakeRuntimes(t, runtime.Config{Queue: 1}, "s1", "s2")
 	asker, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: "asker"})
@@ -105,17 +105,23 @@ func TestOverflowResyncNamesTheDroppedTasks(t *testing.T) {
 		require.NoError(t, err)
 		ids = append(ids, task.ID)
 	}
-	first, err := worker.Wait(ctxT(t))
-	require.NoError(t, err)
+	// The three events reach the worker's queue of one asynchronously.
+	require.Eventually(t, worker.Overflowed, 10*time.Second, time.Millisecond, "the queue of one overflows")
+	// Events queued before or after the drop come first; then the Resync.
 	got := map[string]bool{}
-	if first.Task != nil {
-		got[first.Task.TaskID] = true
+	var rs *runtime.Resync
+	for range len(ids) + 1 {
 		ev, err := worker.Wait(ctxT(t))
 		require.NoError(t, err)
-		first = ev
+		if ev.Task != nil {
+			got[ev.Task.TaskID] = true
+		}
+		if rs = ev.Resync; rs != nil {
+			break
+		}
 	}
-	require.NotNil(t, first.Resync, "after an overflow comes a Resync")
-	for _, task := range first.Resync.Changed {
+	require.NotNil(t, rs, "after an overflow comes a Resync")
+	for _, task := range rs.Changed {
 		got[task.ID] = true
 	}
 	for _, id := range ids {
@@ -135,6 +141,7 @@ func TestOverflowResyncEndsWithTheDelegate(t *testing.T) {
 		_, err := asker.Send(ctxT(t), "worker", wire.Message{Parts: []wire.Part{wire.TextPart("job")}}, nil)
 		require.NoError(t, err)
 	}
+	require.Eventually(t, worker.Overflowed, 10*time.Second, time.Millisecond, "a Resync is due")
 	require.NoError(t, worker.Settle(ctxT(t)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -121,8 +121,8 @@ func (r *Runtime) pump() {
 			}
 			return
 		}
-		if it.Reset != nil {
-			r.resync(it.Reset)
+		if it.Gap != nil {
+			r.resync(it.Gap)
 			continue
 		}
 		head := it.Event.Head()
@@ -143,17 +143,17 @@ func (r *Runtime) pump() {
 // resync brings every delegate back in line after a break: on a new epoch
 // it registers them again by instance id (the broker lost them), then
 // each re-reads its tasks and is told what changed.
-func (r *Runtime) resync(reset *Reset) {
-	r.log.Info("resyncing the session's delegates", "reason", reset.Reason, "newEpoch", reset.NewEpoch)
+func (r *Runtime) resync(gap *Gap) {
+	r.log.Info("resyncing the session's delegates", "reason", gap.Reason, "newEpoch", gap.NewEpoch)
 	for _, d := range r.live() {
-		if reset.NewEpoch {
+		if gap.NewEpoch {
 			// At once, so that peers can address it again; if that fails,
 			// its next call or Wait does it.
 			if err := d.register(r.ctx); err != nil {
 				r.log.Warn("re-registering a delegate failed; it will retry", "delegate", d.ID(), "error", err)
 			}
 		}
-		d.needResync(reset.Reason)
+		d.needResync(gap.Reason)
 	}
 }
 

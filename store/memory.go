@@ -48,7 +48,7 @@ func (m *Memory) Create(_ context.Context, rec *Record, maxOpen int) error {
 	c := rec.Clone()
 	m.tasks[c.Task.ID] = c
 	m.index(c.RequesterInstance, c.Task.ID)
-	m.index(c.AgentInstance, c.Task.ID)
+	m.index(c.AssigneeInstance, c.Task.ID)
 	if open {
 		m.openByContext[c.Task.ContextID]++
 	}
@@ -186,7 +186,7 @@ func (m *Memory) Prune(_ context.Context, r Retention, now time.Time) (int, erro
 	doomed := PruneSet(terminal, r, now)
 	for _, rec := range doomed {
 		delete(m.tasks, rec.Task.ID)
-		for _, inst := range []string{rec.RequesterInstance, rec.AgentInstance} {
+		for _, inst := range []string{rec.RequesterInstance, rec.AssigneeInstance} {
 			if s := m.byInstance[inst]; s != nil {
 				delete(s, rec.Task.ID)
 				if len(s) == 0 {
@@ -231,7 +231,7 @@ func (m *Memory) Close() error {
 // Matches reports whether q selects r.
 func (q Query) Matches(r *Record) bool {
 	if q.Instance != "" {
-		req, asg := r.RequesterInstance == q.Instance, r.AgentInstance == q.Instance
+		req, asg := r.RequesterInstance == q.Instance, r.AssigneeInstance == q.Instance
 		switch q.Role {
 		case Requester:
 			if !req {

@@ -33,10 +33,11 @@ var (
 // Record is one stored task.
 type Record struct {
 	Task wire.Task `json:"task"`
-	// RequesterInstance and AgentInstance are the members' instance ids:
-	// membership is checked against them, never against names.
+	// RequesterInstance and AssigneeInstance are the members' instance ids:
+	// membership is checked against them, never against names. (The
+	// assignee's JSON name is older than the Go name; data dirs keep it.)
 	RequesterInstance string `json:"requesterInstance"`
-	AgentInstance     string `json:"agentInstance"`
+	AssigneeInstance  string `json:"agentInstance"`
 	// Size is the length of the task's JSON encoding as the broker sends
 	// it (an upper bound), so that the broker keeps every task within the
 	// limit of what a response can carry. Records written by earlier

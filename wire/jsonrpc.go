@@ -276,7 +276,7 @@ func DecodeParams(params json.RawMessage, v any) *Error {
 		return ErrInvalidParams.Withf("params must be an object")
 	}
 	if mayHaveCaseVariants(params) {
-		params, _ = exactMembers(params, reflect.TypeOf(v))
+		params, _ = dropCaseVariants(params, reflect.TypeOf(v))
 	}
 	if err := json.Unmarshal(params, v); err != nil {
 		return ErrInvalidParams.Withf("%s", jsonProblem(err))
@@ -333,9 +333,9 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
-// ResultOf decodes a response as a caller wants it: the raw result, or the
+// DecodeResult decodes a response as a caller wants it: the raw result, or the
 // *Error the broker answered with as the error.
-func ResultOf(raw []byte) (json.RawMessage, error) {
+func DecodeResult(raw []byte) (json.RawMessage, error) {
 	_, result, rpcErr, err := DecodeResponse(raw)
 	if err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ func TestErrorIsSurvivesTheWire(t *testing.T) {
 	sent := wire.ErrAmbiguousPeer.Withf("two of them")
 	sent.Data.Candidates = []string{"a", "b"}
 	raw := wire.ErrorResponse(json.RawMessage("7"), sent)
-	_, err := wire.ResultOf(raw)
+	_, err := wire.DecodeResult(raw)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, wire.ErrAmbiguousPeer)
 	assert.NotErrorIs(t, err, wire.ErrNoPeers)

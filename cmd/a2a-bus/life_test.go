@@ -148,7 +148,7 @@ func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
 			msg, err := nc.Request(natsbus.RPCSubject(session), body, 10*time.Second)
 			var res []byte
 			if err == nil {
-				res, err = wire.ResultOf(msg.Data)
+				res, err = wire.DecodeResult(msg.Data)
 			}
 			mu.Lock()
 			outcomes = append(outcomes, outcome{start, err})

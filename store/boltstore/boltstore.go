@@ -474,7 +474,7 @@ func indexRecord(tx *bolt.Tx, rec, old *store.Record) error {
 	if err := member.Put(memberKey(rec.RequesterInstance, roleRequester, rec.Task.ID), state); err != nil {
 		return err
 	}
-	if err := member.Put(memberKey(rec.AgentInstance, roleAssignee, rec.Task.ID), state); err != nil {
+	if err := member.Put(memberKey(rec.AssigneeInstance, roleAssignee, rec.Task.ID), state); err != nil {
 		return err
 	}
 	wasOpen := old != nil && old.Task.Status.State.Open()
@@ -751,7 +751,7 @@ func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (in
 			if err == nil {
 				deletes = append(deletes,
 					tx.Bucket(bMember).Delete(memberKey(rec.RequesterInstance, roleRequester, rec.Task.ID)),
-					tx.Bucket(bMember).Delete(memberKey(rec.AgentInstance, roleAssignee, rec.Task.ID)))
+					tx.Bucket(bMember).Delete(memberKey(rec.AssigneeInstance, roleAssignee, rec.Task.ID)))
 			}
 			// An entry without a readable task is dropped too, so that
 			// pruning does not stop at it for ever.

@@ -79,7 +79,7 @@ func NewRecord(id, contextID, requester, assignee string, n int) *store.Record {
 			UpdatedAt: at,
 		},
 		RequesterInstance: requester,
-		AgentInstance:     assignee,
+		AssigneeInstance:  assignee,
 	}
 }
 
@@ -92,7 +92,7 @@ func testCreateGet(t *testing.T, s store.Store) {
 	require.NoError(t, err)
 	assert.Equal(t, rec.Task.ID, got.Task.ID)
 	assert.Equal(t, rec.RequesterInstance, got.RequesterInstance)
-	assert.Equal(t, rec.AgentInstance, got.AgentInstance)
+	assert.Equal(t, rec.AssigneeInstance, got.AssigneeInstance)
 	assert.Equal(t, rec.Task.Status.State, got.Task.Status.State)
 	assert.True(t, rec.Task.CreatedAt.Equal(got.Task.CreatedAt.Time))
 	require.Len(t, got.Task.History, 1)

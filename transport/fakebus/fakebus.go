@@ -102,8 +102,8 @@ func (b *Bus) Disconnect(session string) {
 	b.down[session] = true
 }
 
-// Connect restores a session cut off by Disconnect.
-func (b *Bus) Connect(session string) {
+// Reconnect restores a session cut off by Disconnect.
+func (b *Bus) Reconnect(session string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.down, session)
@@ -210,7 +210,7 @@ func (b *Bus) call(ctx context.Context, s *session, from transport.Caller, metho
 		if resp == nil {
 			return nil, fmt.Errorf("%w: the broker sent no response", transport.ErrUnavailable)
 		}
-		return wire.ResultOf(resp)
+		return wire.DecodeResult(resp)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-b.ctx.Done():

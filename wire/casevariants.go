@@ -9,7 +9,7 @@ import (
 
 // encoding/json matches object members to struct fields without regard to
 // case: {"TOKEN": ...} would fill Token. The protocol says unknown members
-// are ignored, and "TOKEN" is not "token". exactMembers removes, before
+// are ignored, and "TOKEN" is not "token". dropCaseVariants removes, before
 // decoding into a struct, every member whose name equals a field's only
 // when case is ignored. Members of raw JSON (data, metadata) are left
 // alone: they are the client's, not the protocol's.
@@ -56,9 +56,9 @@ func fieldsOf(t reflect.Type) *fieldSet {
 	return fs
 }
 
-// exactMembers returns raw without the members that would fill a field of
+// dropCaseVariants returns raw without the members that would fill a field of
 // t only by a case-insensitive match, and whether it changed anything.
-func exactMembers(raw json.RawMessage, t reflect.Type) (json.RawMessage, bool) {
+func dropCaseVariants(raw json.RawMessage, t reflect.Type) (json.RawMessage, bool) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -78,7 +78,7 @@ func exactMembers(raw json.RawMessage, t reflect.Type) (json.RawMessage, bool) {
 		changed := false
 		for name, v := range obj {
 			if ft, ok := fs.exact[name]; ok {
-				if nv, ch := exactMembers(v, ft); ch {
+				if nv, ch := dropCaseVariants(v, ft); ch {
 					obj[name] = nv
 					changed = true
 				}
@@ -106,7 +106,7 @@ func exactMembers(raw json.RawMessage, t reflect.Type) (json.RawMessage, bool) {
 		}
 		changed := false
 		for i, v := range elems {
-			if nv, ch := exactMembers(v, t.Elem()); ch {
+			if nv, ch := dropCaseVariants(v, t.Elem()); ch {
 				elems[i] = nv
 				changed = true
 			}
