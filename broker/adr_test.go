@@ -13,7 +13,8 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// The tests in this file are named after ADR 0162's rules and
+// The tests in this file are named after the addressing rules as
+// docs/PROTOCOL.md numbers them (TestRuleN_) and ADR 0162's
 // consequences; each runs over the fake bus.
 
 func TestRule1_ListReturnsEveryOtherLiveAgentWithItsContextId(t *testing.T) {

@@ -79,7 +79,7 @@ func validObject(field string, raw json.RawMessage) *wire.Error {
 	return nil
 }
 
-// resolvePeer finds the addressee of a new task or push (ADR 0162 rule 2):
+// resolvePeer finds the addressee of a new task or push (addressing rule 2, docs/PROTOCOL.md):
 // to when given; else the single other agent of the caller's session; else
 // the single agent of the other sessions.
 func (b *Broker) resolvePeer(self *agent, to string) (*agent, *wire.Error) {
@@ -271,7 +271,7 @@ func memberOf(rec *store.Record, a *agent) member {
 	return stranger
 }
 
-// loadTask returns a task the caller is a member of (ADR 0162 rule 3):
+// loadTask returns a task the caller is a member of (addressing rule 3, docs/PROTOCOL.md):
 // A2A_UNKNOWN_TASK when there is no such task, A2A_UNKNOWN_AGENT when the
 // caller is not its requester or assignee.
 func (b *Broker) loadTask(ctx context.Context, self *agent, id string) (*store.Record, member, *wire.Error) {

@@ -178,7 +178,7 @@ func (c *Client) dispatch(line []byte) {
 	if h.isNote {
 		session := h.recipient
 		if session == "" {
-			session = h.context // an older producer (ADR 0162 rule 5)
+			session = h.context // an older producer (addressing rule 5, docs/PROTOCOL.md)
 		}
 		c.subs.Deliver(session, line)
 		return

@@ -5,6 +5,10 @@
 //
 // Everything here is plain data with JSON encodings that match the
 // protocol document (docs/PROTOCOL.md) byte for byte in field names.
-// Decoding validates shapes: a Part, Message or AgentCard that decodes
-// without error is valid.
+// Decoding checks JSON types and nothing more: DecodeParams turns a type
+// mismatch into ErrInvalidParams naming the field, and ignores members
+// whose names match a field only when case is ignored. What a value must
+// hold (a Part's kind and content, a Message's parts, an AgentCard's name,
+// an id's length) is checked by the Validate methods, which the broker
+// calls on everything it accepts.
 package wire

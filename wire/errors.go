@@ -69,7 +69,7 @@ var (
 	// ErrAmbiguousPeer: `to` omitted and more than one candidate; the
 	// candidates are in Data.Candidates.
 	ErrAmbiguousPeer = sentinel(numericAmbiguousPeer, CodeAmbiguousPeer, "ambiguous peer")
-	// ErrCrossContextDenied is reserved for wire compatibility (ADR 0162
+	// ErrCrossContextDenied is reserved for wire compatibility (addressing
 	// rule 3). The broker never produces it.
 	ErrCrossContextDenied = sentinel(numericCrossContext, CodeCrossContextDenied, "cross-context access denied")
 	// ErrTaskLimit: the session's open-task cap is reached.

@@ -238,7 +238,7 @@ type NotificationHead struct {
 	// omitted it.
 	RecipientContextID string
 	// ContextID is the session the event comes from: the delivery fallback
-	// when RecipientContextID is absent (ADR 0162 rule 5).
+	// when RecipientContextID is absent (addressing rule 5, docs/PROTOCOL.md).
 	ContextID string
 	// Seq is the notification's number in its recipient session.
 	Seq uint64

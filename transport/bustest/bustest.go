@@ -59,7 +59,9 @@ type Features struct {
 	MaxMessageBytes int
 }
 
-// Timeout bounds every wait of the suite; nothing waits by sleeping.
+// Timeout bounds every wait of the suite. Waits are on channels and
+// conditions; the one pause (a millisecond, to let an asynchronous bus
+// deliver before publishing more) is a pacing step, not a proof.
 const Timeout = 10 * time.Second
 
 // Run runs the suite.
