@@ -324,12 +324,9 @@ func (s *Store) commit() {
 					break wait
 				}
 			}
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			// Since Go 1.23 a stopped or reset timer delivers no stale
+			// tick, so there is nothing to drain.
+			timer.Stop()
 		}
 		last = len(batch)
 		results := make([]error, len(batch))
