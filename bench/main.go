@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2a-bus/a2a-bus/broker/brokertest"
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/store/boltstore"
 	"github.com/a2a-bus/a2a-bus/store/storetest"
@@ -146,7 +147,7 @@ func (r *runner) all() error {
 		r.add(rawRR[tcp])
 	}
 	for _, k := range buses {
-		res := r.run(k.name, "round trip", onBus(k, bustest.BenchmarkRoundTrip))
+		res := r.run(k.name, "round trip", onBus(k, brokertest.BenchmarkRoundTrip))
 		raw := rawRR[k.name == "nats-tcp"]
 		if p, q := res.Metrics["p50-µs"], raw.Metrics["p50-µs"]; p > 0 && q > 0 {
 			res.Ratio = p / q
@@ -182,7 +183,7 @@ func (r *runner) all() error {
 	}
 	for _, k := range buses {
 		for _, n := range agents {
-			r.add(r.run(k.name, fmt.Sprintf("agents.list of %d", n), onBus(k, func(b *testing.B, h bustest.Harness) { bustest.BenchmarkListAgents(b, h, n) })))
+			r.add(r.run(k.name, fmt.Sprintf("agents.list of %d", n), onBus(k, func(b *testing.B, h bustest.Harness) { brokertest.BenchmarkListAgents(b, h, n) })))
 		}
 	}
 

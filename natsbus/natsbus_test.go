@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/a2a-bus/a2a-bus/broker/brokertest"
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/transport"
@@ -41,8 +42,15 @@ func newBus(t *testing.T) *natsbus.Bus {
 	return b
 }
 
+// conformance runs both halves of a bus's conformance: the transport
+// contract and the broker over the bus.
+func conformance(t *testing.T, newHarness func(t *testing.T) bustest.Harness) {
+	bustest.Run(t, features, newHarness)
+	brokertest.Run(t, features, newHarness)
+}
+
 func TestConformanceInProcess(t *testing.T) {
-	bustest.Run(t, features, func(t *testing.T) bustest.Harness {
+	conformance(t, func(t *testing.T) bustest.Harness {
 		b := newBus(t)
 		c, err := b.Connect(natsbus.ClientConfig{Buffer: testBuffer})
 		require.NoError(t, err)
@@ -51,7 +59,7 @@ func TestConformanceInProcess(t *testing.T) {
 }
 
 func TestConformanceTCPLoopback(t *testing.T) {
-	bustest.Run(t, features, func(t *testing.T) bustest.Harness {
+	conformance(t, func(t *testing.T) bustest.Harness {
 		b := newBus(t)
 		c, err := natsbus.Dial(natsbus.ClientConfig{URL: b.URL(), Token: b.Server().Token(), Buffer: testBuffer, MaxMessageBytes: testLimit})
 		require.NoError(t, err)
@@ -90,7 +98,7 @@ func externalServer(t *testing.T) (url, token string) {
 }
 
 func TestConformanceExternalServer(t *testing.T) {
-	bustest.Run(t, features, func(t *testing.T) bustest.Harness {
+	conformance(t, func(t *testing.T) bustest.Harness {
 		url, token := externalServer(t)
 		withToken := strings.Replace(url, "nats://", fmt.Sprintf("nats://%s@", token), 1)
 		b, err := natsbus.New(natsbus.Config{URL: withToken, MaxMessageBytes: testLimit, CloseGrace: testGrace})

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/a2a-bus/a2a-bus/broker/brokertest"
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/transport"
@@ -32,14 +33,16 @@ func TestMain(m *testing.M) {
 
 func TestConformancePair(t *testing.T) {
 	const buffer, limit = 64, 8192
-	bustest.Run(t, bustest.Features{HostScope: transport.ScopeOwner, Buffer: buffer, MaxMessageBytes: limit},
-		func(t *testing.T) bustest.Harness {
-			bus, client, err := pipebus.Pair(
-				pipebus.Config{MaxMessageBytes: limit, CloseGrace: 50 * time.Millisecond},
-				pipebus.ClientConfig{Buffer: buffer})
-			require.NoError(t, err)
-			return bustest.Harness{Bus: bus, Client: client}
-		})
+	f := bustest.Features{HostScope: transport.ScopeOwner, Buffer: buffer, MaxMessageBytes: limit}
+	newHarness := func(t *testing.T) bustest.Harness {
+		bus, client, err := pipebus.Pair(
+			pipebus.Config{MaxMessageBytes: limit, CloseGrace: 50 * time.Millisecond},
+			pipebus.ClientConfig{Buffer: buffer})
+		require.NoError(t, err)
+		return bustest.Harness{Bus: bus, Client: client}
+	}
+	bustest.Run(t, f, newHarness)
+	brokertest.Run(t, f, newHarness)
 }
 
 // lockedBuffer collects a child's stderr.
@@ -79,10 +82,12 @@ func startChild(t *testing.T, args ...string) (*pipebus.Child, *lockedBuffer) {
 }
 
 func TestConformanceChild(t *testing.T) {
-	bustest.Run(t, bustest.Features{}, func(t *testing.T) bustest.Harness {
+	newHarness := func(t *testing.T) bustest.Harness {
 		ch, _ := startChild(t)
 		return bustest.Harness{Client: ch}
-	})
+	}
+	bustest.Run(t, bustest.Features{}, newHarness)
+	brokertest.Run(t, bustest.Features{}, newHarness)
 }
 
 // rawChild drives a child's stdio line by line, as a host in any language

@@ -1,0 +1,141 @@
+package brokertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/bustest"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// The benchmarks below run the broker over any bus, so that bench/
+// compares buses side by side. Each takes a fresh Harness and starts a
+// broker on Harness.Bus unless the broker runs elsewhere.
+
+// benchBroker starts a broker on h.Bus unless the broker runs elsewhere.
+func benchBroker(b *testing.B, h bustest.Harness, cfg broker.Config) func() {
+	if h.Bus == nil {
+		return func() {}
+	}
+	br, err := broker.New(context.Background(), h.Bus, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() { br.Close() }
+}
+
+type benchAgent struct {
+	sess  transport.Session
+	sub   transport.Subscription
+	id    string
+	token string
+}
+
+func benchRegister(b *testing.B, h bustest.Harness, session, name string, subscribe bool) *benchAgent {
+	ctx := context.Background()
+	s, err := h.Client.Session(ctx, session)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &benchAgent{sess: s}
+	if subscribe {
+		if a.sub, err = s.Subscribe(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	res, err := s.Call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: session, Card: &wire.AgentCard{Name: name}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var r wire.RegisterResult
+	if err := json.Unmarshal(res, &r); err != nil {
+		b.Fatal(err)
+	}
+	a.id, a.token = r.AgentID, r.Token
+	return a
+}
+
+func (a *benchAgent) next(b *testing.B) *wire.TaskEvent {
+	select {
+	case m, ok := <-a.sub.C():
+		if !ok {
+			b.Fatal("subscription ended")
+		}
+		ev, err := wire.DecodeEvent(m)
+		if err != nil || ev.TaskEvent == nil {
+			b.Fatalf("bad event: %v", err)
+		}
+		return ev.TaskEvent
+	case <-time.After(10 * time.Second):
+		b.Fatal("no event")
+		return nil
+	}
+}
+
+// BenchmarkRoundTrip measures the A2A round trip through the broker: a
+// send creates a task, the assignee's session receives the event, the
+// assignee completes the task, the requester's session receives the
+// event. It reports p50 and p99.
+func BenchmarkRoundTrip(b *testing.B, h bustest.Harness) {
+	defer benchBroker(b, h, broker.Config{MaxTasksPerContext: 1 << 30})()
+	ctx := context.Background()
+	req := benchRegister(b, h, "rt-1", "requester", true)
+	asg := benchRegister(b, h, "rt-2", "assignee", true)
+	send := wire.SendParams{Token: req.token, To: asg.id, Message: &wire.Message{Parts: []wire.Part{wire.TextPart("take seat 2?")}}}
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if _, err := req.sess.Call(ctx, wire.MethodSend, send); err != nil {
+			b.Fatal(err)
+		}
+		created := asg.next(b)
+		if _, err := asg.sess.Call(ctx, wire.MethodUpdateTask, wire.UpdateParams{Token: asg.token, TaskID: created.TaskID, State: wire.StateCompleted}); err != nil {
+			b.Fatal(err)
+		}
+		if done := req.next(b); !done.Final {
+			b.Fatal("not final")
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	bustest.ReportLatency(b, lat)
+}
+
+// BenchmarkListAgents measures a2a.agents.list with n agents registered.
+func BenchmarkListAgents(b *testing.B, h bustest.Harness, n int) {
+	defer benchBroker(b, h, broker.Config{})()
+	ctx := context.Background()
+	caller := benchRegister(b, h, "lister", "lister", false)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range n - 1 {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			s, err := h.Client.Session(ctx, fmt.Sprint("s", i%100))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := s.Call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: s.ID(), Card: &wire.AgentCard{Name: fmt.Sprint("agent-", i), Description: "a benchmark agent"}}); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := caller.sess.Call(ctx, wire.MethodListAgents, wire.TokenParams{Token: caller.token}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
