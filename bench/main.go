@@ -111,7 +111,18 @@ func (r *runner) add(res Result) { r.results = append(r.results, res) }
 
 func met(ok bool) *bool { return &ok }
 
+// all runs every benchmark, in the order the report shows them.
 func (r *runner) all() error {
+	r.events()
+	r.roundTrips()
+	r.sessionScaling()
+	r.agentsList()
+	r.stores()
+	return r.serveStartup()
+}
+
+// events: event throughput on each bus, beside its raw transport.
+func (r *runner) events() {
 	raws := map[string]func(b *testing.B){
 		"fake":        bustest.BenchmarkRawChannel,
 		"pipe":        rawPipe,
@@ -119,8 +130,6 @@ func (r *runner) all() error {
 		"nats-tcp":    rawNATS(true),
 	}
 	rawNames := map[string]string{"fake": "Go channel", "pipe": "JSON lines over os.Pipe", "nats-inproc": "nats.go pub/sub in-process", "nats-tcp": "nats.go pub/sub over TCP"}
-
-	// 1. Event throughput, beside the raw transport.
 	for _, k := range buses {
 		raw := r.run(k.name, "events raw: "+rawNames[k.name], raws[k.name])
 		bus := r.run(k.name, "events", onBus(k, bustest.BenchmarkEvents))
@@ -135,8 +144,11 @@ func (r *runner) all() error {
 		r.add(raw)
 		r.add(bus)
 	}
+}
 
-	// 2. Round trip through the broker, beside raw request/reply.
+// roundTrips: the round trip through the broker, beside raw
+// request/reply on nats.go.
+func (r *runner) roundTrips() {
 	rawRR := map[bool]Result{}
 	for _, tcp := range []bool{false, true} {
 		name := "request/reply raw: nats.go in-process"
@@ -157,8 +169,10 @@ func (r *runner) all() error {
 		}
 		r.add(res)
 	}
+}
 
-	// 3. Scaling with live sessions, and agents.list with registered agents.
+// sessionScaling: the cost of an event with 1 to 1000 live sessions.
+func (r *runner) sessionScaling() {
 	sessions := []int{1, 10, 100, 1000}
 	for _, k := range buses {
 		var one float64
@@ -177,6 +191,10 @@ func (r *runner) all() error {
 			r.add(res)
 		}
 	}
+}
+
+// agentsList: a2a.agents.list with 10 to 10,000 registered agents.
+func (r *runner) agentsList() {
 	agents := []int{10, 100, 1000, 10000}
 	if r.quick {
 		agents = []int{10, 1000, 10000}
@@ -186,8 +204,11 @@ func (r *runner) all() error {
 			r.add(r.run(k.name, fmt.Sprintf("agents.list of %d", n), onBus(k, func(b *testing.B, h bustest.Harness) { brokertest.BenchmarkListAgents(b, h, n) })))
 		}
 	}
+}
 
-	// 4. The stores.
+// stores: task creation on the memory and the durable store, with one
+// and with 64 concurrent senders.
+func (r *runner) stores() {
 	for _, senders := range []int{1, 64} {
 		mem := r.run("store", fmt.Sprintf("create, memory, %d senders", senders), func(b *testing.B) {
 			storetest.BenchmarkCreate(b, func(*testing.B) store.Store { return store.NewMemory() }, senders)
@@ -212,8 +233,10 @@ func (r *runner) all() error {
 		r.add(mem)
 		r.add(dur)
 	}
+}
 
-	// 5. Start-up and resident memory of a2a-bus serve.
+// serveStartup: start-up time and resident memory of a2a-bus serve.
+func (r *runner) serveStartup() error {
 	dir, err := os.MkdirTemp("", "a2a-bus-bench-bin-")
 	if err != nil {
 		return err

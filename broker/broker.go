@@ -17,12 +17,12 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	DefaultMaxTasksPerContext = 32
-	DefaultReplayWindow       = 10000
-	DefaultReplayBytes        = 4 << 20
-	DefaultMaxAgents          = 20000
-	DefaultMaxAgentsPerSess   = 64
-	DefaultOrphanTimeout      = 10 * time.Minute
+	DefaultMaxTasksPerContext  = 32
+	DefaultReplayWindow        = 10000
+	DefaultReplayBytes         = 4 << 20
+	DefaultMaxAgents           = 20000
+	DefaultMaxAgentsPerSession = 64
+	DefaultOrphanTimeout       = 10 * time.Minute
 	// housekeepingEvery is how often the broker prunes terminal tasks,
 	// and at most how long it waits to look for idle sessions.
 	housekeepingEvery = time.Minute
@@ -55,7 +55,7 @@ type Config struct {
 	MaxAgents int
 	// MaxAgentsPerSession caps the live agents of one session, so that no
 	// session can take the whole host's MaxAgents. 0 means
-	// DefaultMaxAgentsPerSess.
+	// DefaultMaxAgentsPerSession.
 	MaxAgentsPerSession int
 	// MaxTaskBytes lowers the task limit below what the limits allow
 	// (wire.Limits.Task); a larger value has no effect. 0 means no lower
@@ -140,7 +140,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.MaxAgents = DefaultMaxAgents
 	}
 	if cfg.MaxAgentsPerSession <= 0 {
-		cfg.MaxAgentsPerSession = DefaultMaxAgentsPerSess
+		cfg.MaxAgentsPerSession = DefaultMaxAgentsPerSession
 	}
 	if cfg.ReplayBytes <= 0 {
 		cfg.ReplayBytes = DefaultReplayBytes

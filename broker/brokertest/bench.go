@@ -109,9 +109,12 @@ func BenchmarkRoundTrip(b *testing.B, h bustest.Harness) {
 	bustest.ReportLatency(b, lat)
 }
 
-// BenchmarkListAgents measures a2a.agents.list with n agents registered.
+// BenchmarkListAgents measures a2a.agents.list with n agents registered
+// across 100 sessions (the per-session cap is lifted to fit them). A
+// list answers one page (docs/PROTOCOL.md §4.10), so past a page this
+// measures the first page of n.
 func BenchmarkListAgents(b *testing.B, h bustest.Harness, n int) {
-	defer benchBroker(b, h, broker.Config{})()
+	defer benchBroker(b, h, broker.Config{MaxAgentsPerSession: max(n/100+1, broker.DefaultMaxAgentsPerSession)})()
 	ctx := context.Background()
 	caller := benchRegister(b, h, "lister", "lister", false)
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,78 +113,24 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) err
 	fmt.Fprintf(out, "a2a-bus demo: ADR 0162 cross-session round trip on %s\n\n", h.Describe())
 	tr := &transcript{w: out, start: time.Now()}
 
-	rt1, err := h.Session(ctx, "chat-1")
+	d1, d2, closeSessions, err := spawnDiscussants(ctx, h, tr)
+	defer closeSessions()
 	if err != nil {
 		return err
 	}
-	defer rt1.Close()
-	rt2, err := h.Session(ctx, "chat-2")
+	if err := discover(ctx, tr, d1); err != nil {
+		return err
+	}
+	roundTrip, err := takeSeats(ctx, tr, d1, d2)
 	if err != nil {
 		return err
 	}
-	defer rt2.Close()
-	card := wire.AgentCard{Name: "discussant", Description: "takes a seat at the roundtable"}
-	d1, err := rt1.Spawn(ctx, card)
-	if err != nil {
-		return err
-	}
-	tr.say("chat-1", "spawned %q: %s", card.Name, d1.Prompt())
-	d2, err := rt2.Spawn(ctx, card)
-	if err != nil {
-		return err
-	}
-	tr.say("chat-2", "spawned %q: %s", card.Name, d2.Prompt())
-
-	peers, err := d1.Peers(ctx)
-	if err != nil {
-		return err
-	}
-	for _, p := range peers {
-		tr.say("chat-1", "%s discovers %s in session %s", d1.ID(), p.AgentID, p.ContextID)
-	}
-
-	sent := time.Now()
-	task, err := d1.Send(ctx, "", wire.Message{Parts: []wire.Part{wire.TextPart("Shall we share the roundtable? I take seat 1.")}}, nil)
-	if err != nil {
-		return err
-	}
-	tr.say("chat-1", "%s sends, without naming a peer, task %s to %s: %q", d1.ID(), short(task.ID), task.AgentName, text(&task.History[0]))
-
-	ev, err := d2.Wait(ctx)
-	if err != nil {
-		return err
-	}
-	if ev.Task == nil {
-		return fmt.Errorf("discussant-2 woke without its task: %+v", ev)
-	}
-	tr.say("chat-2", "%s wakes: task %s %s by %s of %s", d2.ID(), short(ev.Task.TaskID), ev.Task.Kind, ev.Task.Message.From, ev.Task.ContextID)
-	if _, err := d2.Update(ctx, ev.Task.TaskID, wire.StateWorking, nil); err != nil {
-		return err
-	}
-	tr.say("chat-2", "%s: working", d2.ID())
-	seats, err := wire.DataPart(map[string]int{"discussant": 1, "discussant-2": 2})
-	if err != nil {
-		return err
-	}
-	answer := &wire.Message{Parts: []wire.Part{wire.TextPart("Agreed: seat 2 is mine.")}}
-	if _, err := d2.Update(ctx, ev.Task.TaskID, wire.StateCompleted, answer, wire.Artifact{Name: "seats", Parts: []wire.Part{seats}}); err != nil {
-		return err
-	}
-	tr.say("chat-2", "%s: completed, with an artifact of the seats", d2.ID())
-
-	ev, err = waitTask(ctx, d1, task.ID)
-	if err != nil {
-		return err
-	}
-	roundTrip := time.Since(sent)
-	tr.say("chat-1", "%s wakes: task %s %s: %q", d1.ID(), short(ev.Task.TaskID), ev.Task.Task.Status.State, text(ev.Task.Message))
 	if hold {
 		tr.say("both", "holding the delegates until interrupted")
 		<-parent.Done()
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 	}
-
 	for _, d := range []*runtime.Delegate{d1, d2} {
 		if err := d.Settle(ctx); err != nil {
 			return err
@@ -192,6 +139,86 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) err
 	tr.say("both", "delegates settled (deregistered)")
 	fmt.Fprintf(out, "\nround trip, send to the requester's wake-up: %.2f ms\n", float64(roundTrip.Microseconds())/1000)
 	return nil
+}
+
+// spawnDiscussants opens chat-1 and chat-2 and spawns a "discussant" in
+// each: the second is named discussant-2. closeSessions closes what was
+// opened, also when err is set.
+func spawnDiscussants(ctx context.Context, h *host.Host, tr *transcript) (d1, d2 *runtime.Delegate, closeSessions func(), err error) {
+	card := wire.AgentCard{Name: "discussant", Description: "takes a seat at the roundtable"}
+	var opened []*runtime.Runtime
+	closeSessions = func() {
+		for _, rt := range slices.Backward(opened) {
+			rt.Close()
+		}
+	}
+	var ds [2]*runtime.Delegate
+	for i, chat := range []string{"chat-1", "chat-2"} {
+		rt, err := h.Session(ctx, chat)
+		if err != nil {
+			return nil, nil, closeSessions, err
+		}
+		opened = append(opened, rt)
+		if ds[i], err = rt.Spawn(ctx, card); err != nil {
+			return nil, nil, closeSessions, err
+		}
+		tr.say(chat, "spawned %q: %s", card.Name, ds[i].Prompt())
+	}
+	return ds[0], ds[1], closeSessions, nil
+}
+
+// discover lists what d sees: the other session's discussant.
+func discover(ctx context.Context, tr *transcript, d *runtime.Delegate) error {
+	peers, err := d.Peers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range peers {
+		tr.say(d.SessionID(), "%s discovers %s in session %s", d.ID(), p.AgentID, p.ContextID)
+	}
+	return nil
+}
+
+// takeSeats is the round trip: d1 asks without naming a peer, d2 wakes,
+// works and completes with an artifact, d1 wakes to the result. It
+// returns the time from the send to d1's wake-up.
+func takeSeats(ctx context.Context, tr *transcript, d1, d2 *runtime.Delegate) (time.Duration, error) {
+	sent := time.Now()
+	task, err := d1.Send(ctx, "", wire.Message{Parts: []wire.Part{wire.TextPart("Shall we share the roundtable? I take seat 1.")}}, nil)
+	if err != nil {
+		return 0, err
+	}
+	tr.say("chat-1", "%s sends, without naming a peer, task %s to %s: %q", d1.ID(), short(task.ID), task.AgentName, text(&task.History[0]))
+
+	ev, err := d2.Wait(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ev.Task == nil {
+		return 0, fmt.Errorf("discussant-2 woke without its task: %+v", ev)
+	}
+	tr.say("chat-2", "%s wakes: task %s %s by %s of %s", d2.ID(), short(ev.Task.TaskID), ev.Task.Kind, ev.Task.Message.From, ev.Task.ContextID)
+	if _, err := d2.Update(ctx, ev.Task.TaskID, wire.StateWorking, nil); err != nil {
+		return 0, err
+	}
+	tr.say("chat-2", "%s: working", d2.ID())
+	seats, err := wire.DataPart(map[string]int{"discussant": 1, "discussant-2": 2})
+	if err != nil {
+		return 0, err
+	}
+	answer := &wire.Message{Parts: []wire.Part{wire.TextPart("Agreed: seat 2 is mine.")}}
+	if _, err := d2.Update(ctx, ev.Task.TaskID, wire.StateCompleted, answer, wire.Artifact{Name: "seats", Parts: []wire.Part{seats}}); err != nil {
+		return 0, err
+	}
+	tr.say("chat-2", "%s: completed, with an artifact of the seats", d2.ID())
+
+	ev, err = waitTask(ctx, d1, task.ID)
+	if err != nil {
+		return 0, err
+	}
+	roundTrip := time.Since(sent)
+	tr.say("chat-1", "%s wakes: task %s %s: %q", d1.ID(), short(ev.Task.TaskID), ev.Task.Task.Status.State, text(ev.Task.Message))
+	return roundTrip, nil
 }
 
 // waitTask waits for the final event of a task.

@@ -63,7 +63,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.retention, "retention", broker.DefaultRetention.MaxAge, "how long terminal tasks are kept (0: no limit)")
 	fs.IntVar(&o.retentionTasks, "retention-tasks", broker.DefaultRetention.MaxTerminal, "how many terminal tasks are kept at most (0: no limit)")
 	fs.IntVar(&o.maxTasksPerContext, "max-tasks-per-context", broker.DefaultMaxTasksPerContext, "open tasks a session may have requested")
-	fs.IntVar(&o.maxAgentsPerSess, "max-agents-per-session", broker.DefaultMaxAgentsPerSess, "live agents one session may have")
+	fs.IntVar(&o.maxAgentsPerSess, "max-agents-per-session", broker.DefaultMaxAgentsPerSession, "live agents one session may have")
 	fs.IntVar(&o.maxConnsPerSess, "max-connections-per-session", natsbus.DefaultMaxConnectionsPerSession, "NATS: connections open at once with one session's credentials")
 	fs.IntVar(&o.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes, "the largest request, on every bus; the payload and task limits derive from it")
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")

@@ -83,12 +83,7 @@ Flags:
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var st struct {
-		Info     wire.AdminInfo      `json:"info"`
-		Agents   []wire.AgentCard    `json:"agents"`
-		Tasks    []wire.AdminTask    `json:"openTasks"`
-		Sessions []wire.AdminSession `json:"sessions"`
-	}
+	var st brokerStatus
 	if err := readStatus(ctx, c, &st.Info, &st.Agents, &st.Tasks, &st.Sessions); err != nil {
 		return report(stderr, "status", err)
 	}
@@ -98,10 +93,25 @@ Flags:
 		enc.Encode(st)
 		return exitOK
 	}
+	printStatus(stdout, ref, &st)
+	return exitOK
+}
+
+// brokerStatus is what status shows, and its --json form.
+type brokerStatus struct {
+	Info     wire.AdminInfo      `json:"info"`
+	Agents   []wire.AgentCard    `json:"agents"`
+	Tasks    []wire.AdminTask    `json:"openTasks"`
+	Sessions []wire.AdminSession `json:"sessions"`
+}
+
+// printStatus writes the status as a summary and three tables: agents,
+// open tasks, sessions.
+func printStatus(w io.Writer, ref brokerRef, st *brokerStatus) {
 	i := st.Info
-	fmt.Fprintf(stdout, "broker %s  bus %s  epoch %s  up %s  version %s\n", ref.url, i.Bus, short(i.Epoch), time.Duration(i.UptimeSeconds*float64(time.Second)).Round(time.Second), i.Version)
-	fmt.Fprintf(stdout, "%d agents in %d sessions, %d open tasks\n", i.Agents, i.Sessions, i.OpenTasks)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "broker %s  bus %s  epoch %s  up %s  version %s\n", ref.url, i.Bus, short(i.Epoch), time.Duration(i.UptimeSeconds*float64(time.Second)).Round(time.Second), i.Version)
+	fmt.Fprintf(w, "%d agents in %d sessions, %d open tasks\n", i.Agents, i.Sessions, i.OpenTasks)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nAGENT\tSESSION\tNAME\tREGISTERED")
 	for _, a := range st.Agents {
 		at := ""
@@ -124,5 +134,4 @@ Flags:
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", s.ContextID, s.Agents, s.LastSeq, s.Kept, subs)
 	}
 	tw.Flush()
-	return exitOK
 }

@@ -48,50 +48,26 @@ Flags:
 	if *count < 0 {
 		return report(stderr, "watch", usageErrorf("--count must not be negative"))
 	}
+	if *session != "" {
+		if err := wire.ValidateID("--session", *session); err != nil {
+			return report(stderr, "watch", usageErrorf("%v", err))
+		}
+	}
 	c, ref, err := h.dial()
 	if err != nil {
 		return report(stderr, "watch", err)
 	}
 	defer c.Close()
-	subject := "a2a.session.*.events"
-	if *session != "" {
-		if err := wire.ValidateID("--session", *session); err != nil {
-			return report(stderr, "watch", usageErrorf("%v", err))
-		}
-		subject = natsbus.EventsSubject(*session)
-	}
-	msgs := make(chan *nats.Msg, 1<<14)
-	sub, err := c.Conn().ChanSubscribe(subject, msgs)
+	subject, msgs, stop, err := subscribeEvents(c, *session)
 	if err != nil {
 		return report(stderr, "watch", err)
 	}
-	defer sub.Unsubscribe()
-	if err := c.Conn().Flush(); err != nil {
-		return report(stderr, "watch", err)
-	}
+	defer stop()
 	fmt.Fprintf(stderr, "watching %s on %s; Ctrl-C to stop\n", subject, ref.url)
 
-	// The last seq printed per (epoch, session): a replayed event is not
-	// printed twice, and a broker that restarts starts counting anew.
-	printed := map[[2]string]uint64{}
-	n := 0
-	show := func(raw []byte) bool {
-		ev, err := wire.DecodeEvent(raw)
-		if err != nil {
-			return false
-		}
-		h := ev.Head()
-		key := [2]string{h.Epoch, h.RecipientContextID}
-		if h.Seq <= printed[key] {
-			return false // replayed already
-		}
-		printed[key] = h.Seq
-		fmt.Fprintln(stdout, describe(ev))
-		n++
-		return *count > 0 && n >= *count
-	}
+	p := &eventPrinter{w: stdout, limit: *count, printed: map[[2]string]uint64{}}
 	if *replay {
-		if done, err := replayKept(ctx, c, *session, show); err != nil {
+		if done, err := replayKept(ctx, c, *session, p.show); err != nil {
 			return report(stderr, "watch", err)
 		} else if done {
 			return exitOK
@@ -100,7 +76,7 @@ Flags:
 	for {
 		select {
 		case m := <-msgs:
-			if show(m.Data) {
+			if p.show(m.Data) {
 				return exitOK
 			}
 		case <-c.Gone():
@@ -109,6 +85,53 @@ Flags:
 			return exitOK
 		}
 	}
+}
+
+// subscribeEvents subscribes the host connection to the events of every
+// session, or of one, and returns once the server has the subscription.
+func subscribeEvents(c *natsbus.Client, session string) (subject string, msgs chan *nats.Msg, stop func(), err error) {
+	subject = "a2a.session.*.events"
+	if session != "" {
+		subject = natsbus.EventsSubject(session)
+	}
+	msgs = make(chan *nats.Msg, 1<<14)
+	sub, err := c.Conn().ChanSubscribe(subject, msgs)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := c.Conn().Flush(); err != nil {
+		sub.Unsubscribe()
+		return "", nil, nil, err
+	}
+	return subject, msgs, func() { sub.Unsubscribe() }, nil
+}
+
+// eventPrinter prints events one line each, once: it remembers the last
+// seq printed per (epoch, session), so a replayed event is not printed
+// twice and a broker that restarts starts counting anew.
+type eventPrinter struct {
+	w       io.Writer
+	limit   int // stop after this many (0: never)
+	n       int
+	printed map[[2]string]uint64
+}
+
+// show prints raw if it is an event not printed yet, and reports whether
+// the limit is reached.
+func (p *eventPrinter) show(raw []byte) bool {
+	ev, err := wire.DecodeEvent(raw)
+	if err != nil {
+		return false
+	}
+	h := ev.Head()
+	key := [2]string{h.Epoch, h.RecipientContextID}
+	if h.Seq <= p.printed[key] {
+		return false // replayed already
+	}
+	p.printed[key] = h.Seq
+	fmt.Fprintln(p.w, describe(ev))
+	p.n++
+	return p.limit > 0 && p.n >= p.limit
 }
 
 // replayKept prints the events the broker keeps, session by session.
