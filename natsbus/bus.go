@@ -106,6 +106,7 @@ type Bus struct {
 	subs    []*nats.Subscription
 	clients map[*Client]struct{} // in-process clients made by Connect
 	fair    *fairQueue
+	svc     *service // the NATS service API's view of the broker
 	payload int
 	handler transport.Handler
 	// served holds, per session with credentials, the broker's connection
@@ -154,6 +155,7 @@ func New(cfg Config) (*Bus, error) {
 		cfg.Server.Logger = cfg.Logger
 	}
 	b := &Bus{cfg: cfg, log: cfg.Logger, clients: map[*Client]struct{}{}, served: map[string]*servedSession{},
+		svc: newService(RPCPrefix+"*", HostRPC),
 		fair: newFairQueue(fairLimits{
 			total: cfg.MaxInFlight, perKey: cfg.MaxInFlightPerSession,
 			maxWait: cfg.MaxWaitingPerSession, maxBytes: waitingBytesPerSession * wire.NewLimits(cfg.MaxMessageBytes).Payload,
@@ -239,6 +241,9 @@ func (b *Bus) Serve(h transport.Handler) error {
 		}
 		b.subs = append(b.subs, sub)
 	}
+	if err := b.svc.answer(b.nc); err != nil {
+		return err
+	}
 	b.handler = h
 	// The server has the interest once Flush returns: from then on a
 	// request finds its responder.
@@ -259,6 +264,19 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		b.log.Debug("request without a reply subject ignored", "subject", m.Subject)
 		return
 	}
+	received := time.Now()
+	endpoint := endpointSession
+	if m.Subject == HostRPC {
+		endpoint = endpointHost
+	}
+	answer := func(resp []byte) {
+		b.reply(m, resp)
+		b.svc.done(endpoint, time.Since(received), resp, "")
+	}
+	refuse := func(why string) {
+		b.log.Debug(why, "subject", m.Subject)
+		b.svc.done(endpoint, time.Since(received), nil, why)
+	}
 	// The broker's connection may publish anywhere, and the server checks
 	// a session credential's publish subject but not its reply subject:
 	// a session's requests are answered only in that session's inbox
@@ -266,21 +284,21 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 	// make the broker publish into another session's subjects.
 	var from transport.Caller
 	key := hostKey
-	if m.Subject == HostRPC {
+	if endpoint == endpointHost {
 		if !strings.HasPrefix(m.Reply, InboxPrefix) {
-			b.log.Debug("host request with a reply subject outside _INBOX. ignored")
+			refuse("host request with a reply subject outside _INBOX. ignored")
 			return
 		}
 		from = transport.Caller{Scope: transport.ScopeHost}
 	} else {
 		token := strings.TrimPrefix(m.Subject, RPCPrefix)
 		if !strings.HasPrefix(m.Reply, InboxPrefix+token+".") {
-			b.log.Debug("request with a reply subject outside its session's inbox ignored", "subject", m.Subject)
+			refuse("request with a reply subject outside its session's inbox ignored")
 			return
 		}
 		session, err := SessionID(token)
 		if err != nil {
-			b.reply(m, wire.ErrorResponse(requestID(m.Data), wire.ErrInvalidRequest.Withf("subject %q does not name a session canonically", m.Subject)))
+			answer(wire.ErrorResponse(requestID(m.Data), wire.ErrInvalidRequest.Withf("subject %q does not name a session canonically", m.Subject)))
 			return
 		}
 		from = transport.Caller{Scope: transport.ScopeSession, Session: session}
@@ -302,7 +320,9 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 			}
 		}
 		if resp != nil {
-			b.reply(m, resp)
+			answer(resp)
+		} else {
+			b.svc.done(endpoint, time.Since(received), nil, "") // a notification: served, not answered
 		}
 	})
 	switch {
@@ -311,10 +331,12 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		// the subscription keeps up with it; past busyAnswers a second,
 		// not answered at all (the flooder's calls time out).
 		if b.fair.busyAnswer(key, busyAnswers, time.Now()) {
-			b.reply(m, b.busy(wire.PeekID(m.Data)))
+			answer(b.busy(wire.PeekID(m.Data)))
+		} else {
+			b.svc.done(endpoint, time.Since(received), nil, "A2A_BUSY, not answered: past the busy answers a second")
 		}
 	case err != nil:
-		b.reply(m, wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the broker is shutting down")))
+		answer(wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the broker is shutting down")))
 	}
 }
 
@@ -615,6 +637,7 @@ func (b *Bus) Close() error {
 		served := b.served
 		b.served = map[string]*servedSession{}
 		b.mu.Unlock()
+		b.svc.stop() // no longer announced as serving
 		for _, s := range subs {
 			_ = s.Unsubscribe()
 		}

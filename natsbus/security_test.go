@@ -172,6 +172,10 @@ func TestSessionCredentialsAreEnforcedByTheServer(t *testing.T) {
 		require.NoError(t, nc.Publish(natsbus.HostRPC, []byte(`{}`)))
 		expectViolation(t, "publish to a2a.host.rpc")
 	})
+	t.Run("the service API", func(t *testing.T) {
+		require.NoError(t, nc.Publish("$SRV.STATS", []byte(`{}`)))
+		expectViolation(t, "publish to $SRV.STATS")
+	})
 	t.Run("another inbox", func(t *testing.T) {
 		_, err := nc.SubscribeSync("_INBOX.>")
 		require.NoError(t, err)

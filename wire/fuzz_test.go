@@ -3,6 +3,7 @@ package wire_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -120,6 +121,44 @@ func FuzzPeekID(f *testing.F) {
 		}
 		if got := wire.PeekID(raw); !bytes.Equal(got, req.ID) {
 			t.Fatalf("PeekID(%q) = %q, ParseRequest's id = %q", raw, got, req.ID)
+		}
+	})
+}
+
+// FuzzResponseError: on every response this package encodes, the fast
+// path tells a result from an error, and reads the error as it was sent.
+// On anything else it does not panic.
+func FuzzResponseError(f *testing.F) {
+	f.Add([]byte(`7`), []byte(`{"a":",\"error\":"}`), -32040, "no task", []byte(`{}`))
+	f.Add([]byte(`"x\"y"`), []byte(`[1,2]`), 0, "", []byte(`{"jsonrpc":"2.0","id":1,"result":{},"error":{}}`))
+	f.Add([]byte(`null`), []byte(`"s"`), -32602, "message.parts[0]: …", []byte("\xff"))
+	f.Fuzz(func(t *testing.T, id, result []byte, code int, message string, raw []byte) {
+		_ = wire.ResponseError(raw)
+		if !json.Valid(id) || !json.Valid(result) || !json.Valid([]byte(`{"id":`+string(id)+`}`)) {
+			return
+		}
+		var v any
+		if json.Unmarshal(id, &v) != nil {
+			return
+		}
+		switch v.(type) {
+		case string, float64, nil:
+		default:
+			return // not a JSON-RPC id
+		}
+		ok, err := wire.EncodeResult(json.RawMessage(id), json.RawMessage(result))
+		if err != nil {
+			return
+		}
+		if e := wire.ResponseError(ok); e != nil {
+			t.Fatalf("result %q read as error %+v", ok, e)
+		}
+		message = strings.ToValidUTF8(message, "\uFFFD") // what JSON can carry
+		sent := &wire.Error{Code: code, Message: message}
+		resp := wire.ErrorResponse(json.RawMessage(id), sent)
+		e := wire.ResponseError(resp)
+		if e == nil || e.Code != code || e.Message != message {
+			t.Fatalf("error response %q read as %+v", resp, e)
 		}
 	})
 }

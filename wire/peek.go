@@ -153,3 +153,28 @@ func skipValue(raw []byte, i int) int {
 	}
 	return -1
 }
+
+// ResponseError returns the error of a response, nil for a result (or for
+// something that is not a response at all). On a response in the layout
+// this package encodes (ErrorResponse, EncodeResult) it reads only the
+// head, so telling a result of any size from an error costs the same.
+func ResponseError(resp []byte) *Error {
+	const head = `{"jsonrpc":"2.0","id":`
+	if bytes.HasPrefix(resp, []byte(head)) {
+		if i := skipValue(resp, len(head)); i > 0 {
+			switch rest := resp[i:]; {
+			case bytes.HasPrefix(rest, []byte(`,"result":`)):
+				return nil
+			case bytes.HasPrefix(rest, []byte(`,"error":`)):
+				var r struct {
+					Error *Error `json:"error"`
+				}
+				if json.Unmarshal(resp, &r) == nil && r.Error != nil {
+					return r.Error
+				}
+			}
+		}
+	}
+	_, _, rpcErr, _ := DecodeResponse(resp)
+	return rpcErr
+}

@@ -148,3 +148,24 @@ func TestQuoteCutsOnACharacterBoundary(t *testing.T) {
 	assert.Equal(t, `"a\"b\n"`, wire.Quote("a\"b\n"), "quotes and control characters are escaped")
 	assert.Equal(t, `"short"`, wire.Quote("short"))
 }
+
+func TestResponseErrorTellsErrorsFromResults(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	ok, err := wire.EncodeResult(json.RawMessage(`"id-1"`), map[string]string{"text": `,"error":{"code":1}` + big})
+	require.NoError(t, err)
+	assert.Nil(t, wire.ResponseError(ok), "a result, even one that mentions an error")
+
+	for _, id := range []string{`7`, `"a,b}"`, `null`} {
+		resp := wire.ErrorResponse(json.RawMessage(id), wire.ErrUnknownTask.Withf("no task"))
+		e := wire.ResponseError(resp)
+		require.NotNil(t, e, id)
+		assert.Equal(t, wire.ErrUnknownTask.Code, e.Code)
+		assert.Equal(t, "no task", e.Message)
+	}
+	// Another layout takes the slow path to the same answer.
+	e := wire.ResponseError([]byte(` { "error": {"code": -32601, "message": "m"}, "id": 1, "jsonrpc": "2.0" }`))
+	require.NotNil(t, e)
+	assert.Equal(t, -32601, e.Code)
+	assert.Nil(t, wire.ResponseError([]byte(`{"id":1,"jsonrpc":"2.0","result":{}}`)))
+	assert.Nil(t, wire.ResponseError([]byte(`not json`)))
+}

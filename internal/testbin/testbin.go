@@ -23,6 +23,12 @@ var (
 // go command that runs the tests. The binaries are removed by Cleanup.
 func Build(t testing.TB, pkg string) string {
 	t.Helper()
+	return build(t, "", pkg)
+}
+
+// build builds pkg in module (a directory; "" is the test's own module).
+func build(t testing.TB, module, pkg string) string {
+	t.Helper()
 	mu.Lock()
 	defer mu.Unlock()
 	if p, ok := built[pkg]; ok {
@@ -36,17 +42,37 @@ func Build(t testing.TB, pkg string) string {
 		dir = d
 	}
 	out := filepath.Join(dir, filepath.Base(pkg))
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+	args := []string{"build", "-o", out, pkg}
+	if module != "" {
+		args = append([]string{"-C", module}, args...)
 	}
-	cmd := exec.Command(goBin, "build", "-o", out, pkg)
+	cmd := exec.Command(goCommand(), args...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("testbin: go build %s: %v\n%s", pkg, err, msg)
 	}
 	built[pkg] = out
 	return out
+}
+
+// Tool is Build for a command of the tools module (tools/go.mod), such
+// as "github.com/nats-io/natscli/nats".
+func Tool(t testing.TB, pkg string) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("testbin: cannot locate the tools module")
+	}
+	return build(t, filepath.Join(filepath.Dir(file), "..", "..", "tools"), pkg)
+}
+
+// goCommand is the go command that runs the tests.
+func goCommand() string {
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		return "go"
+	}
+	return goBin
 }
 
 // A2ABus is Build for the a2a-bus command.
