@@ -57,8 +57,6 @@ func newEnvOn(t testing.TB, cfg broker.Config, bcfg fakebus.Config) *env {
 func newEnvWrapped(t testing.TB, cfg broker.Config, bcfg fakebus.Config, wrap func(*fakebus.Bus) transport.Bus) *env {
 	t.Helper()
 	bus := fakebus.New(bcfg)
-	if cfg.Logger == nil {
-	}
 	var served transport.Bus = bus
 	if wrap != nil {
 		served = wrap(bus)

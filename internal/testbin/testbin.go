@@ -46,7 +46,7 @@ func build(t testing.TB, module, pkg string) string {
 	if module != "" {
 		args = append([]string{"-C", module}, args...)
 	}
-	cmd := exec.Command(goCommand(), args...)
+	cmd := exec.Command(goCommand, args...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("testbin: go build %s: %v\n%s", pkg, err, msg)
@@ -66,14 +66,9 @@ func Tool(t testing.TB, pkg string) string {
 	return build(t, filepath.Join(filepath.Dir(file), "..", "..", "tools"), pkg)
 }
 
-// goCommand is the go command that runs the tests.
-func goCommand() string {
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		return "go"
-	}
-	return goBin
-}
+// goCommand is the go command that runs the tests: go test puts its
+// GOROOT/bin first on the tests' PATH.
+const goCommand = "go"
 
 // A2ABus is Build for the a2a-bus command.
 func A2ABus(t testing.TB) string {
