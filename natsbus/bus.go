@@ -115,6 +115,9 @@ type Bus struct {
 	// reserving runs the replacement of a session's serving connection
 	// that the server closed.
 	reserving sync.WaitGroup
+	// dispatching counts the requests being handed to the fair queue, so
+	// that Close answers the last one a draining subscription delivers.
+	dispatching atomic.Int64
 
 	busyOnce sync.Once
 	busyErr  []byte
@@ -264,6 +267,8 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		b.log.Debug("request without a reply subject ignored", "subject", m.Subject)
 		return
 	}
+	b.dispatching.Add(1)
+	defer b.dispatching.Add(-1)
 	received := time.Now()
 	endpoint := endpointSession
 	if m.Subject == HostRPC {
@@ -638,12 +643,10 @@ func (b *Bus) Close() error {
 		b.served = map[string]*servedSession{}
 		b.mu.Unlock()
 		b.svc.stop() // no longer announced as serving
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
 		for _, ss := range served {
-			_ = ss.sub.Unsubscribe()
+			subs = append(subs, ss.sub)
 		}
+		b.drain(subs)
 		// What runs may finish, for a while: a clean shutdown answers it
 		// with its result. Then it is cut short (-32603, shutting down).
 		finished := make(chan struct{})
@@ -676,6 +679,46 @@ func (b *Bus) Close() error {
 		}
 	})
 	return nil
+}
+
+// drain stops the subscriptions taking requests and hands every request
+// they had already received to the fair queue: a plain Unsubscribe would
+// drop those the client held but had not dispatched, and their callers,
+// whose request the server had delivered, would wait for their timeout.
+// A subscription that does not drain within CloseGrace is unsubscribed.
+func (b *Bus) drain(subs []*nats.Subscription) {
+	var draining []*nats.Subscription
+	var closed []<-chan nats.SubStatus
+	for _, sub := range subs {
+		c := sub.StatusChanged(nats.SubscriptionClosed)
+		if err := sub.Drain(); err != nil {
+			_ = sub.Unsubscribe()
+			continue
+		}
+		draining = append(draining, sub)
+		closed = append(closed, c)
+	}
+	deadline := time.NewTimer(b.cfg.CloseGrace)
+	defer deadline.Stop()
+	for i, c := range closed {
+		select {
+		case <-c:
+		case <-deadline.C:
+			for _, sub := range draining[i:] {
+				_ = sub.Unsubscribe()
+			}
+			return
+		}
+	}
+	// The last message a subscription delivers may still be on its way
+	// into dispatch, which takes a moment at most.
+	for b.dispatching.Load() > 0 {
+		select {
+		case <-deadline.C:
+			return
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // redact removes the user info from a URL list, for logs and files. A
