@@ -23,7 +23,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/runtime"
-	"github.com/a2a-bus/a2a-bus/store/boltstore"
+	"github.com/a2a-bus/a2a-bus/store/pebblestore"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -109,7 +109,7 @@ func (h *Host) openDataDir() error {
 	if h.cfg.Broker.Store != nil || h.cfg.DataDir == "" {
 		return nil
 	}
-	st, err := boltstore.Open(h.cfg.DataDir, boltstore.Options{})
+	st, err := pebblestore.Open(h.cfg.DataDir, pebblestore.Options{Logger: h.cfg.Logger})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/a2a-bus/a2a-bus/host"
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
+	"github.com/a2a-bus/a2a-bus/store/pebblestore"
 )
 
 // TestABrokerThatCannotStartIsRetriedWithBackoff: a pipe child that exits
@@ -29,9 +30,16 @@ func TestABrokerThatCannotStartIsRetriedWithBackoff(t *testing.T) {
 	t.Cleanup(func() { h.Close() })
 	d := spawn(t, session(t, h, "chat-1"), "worker")
 	first := h.BrokerPID()
-	// The broker dies and leaves a data file it will refuse: zero bytes.
+	// The broker dies and leaves a store it will refuse: its folder
+	// emptied.
 	require.NoError(t, kill(first))
-	require.NoError(t, os.Truncate(filepath.Join(data, "tasks.db"), 0))
+	store := filepath.Join(data, pebblestore.DirName)
+	files, err := filepath.Glob(filepath.Join(store, "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		require.NoError(t, os.Remove(f))
+	}
 	count := func() int {
 		b, _ := os.ReadFile(starts)
 		return strings.Count(string(b), "\n")
@@ -43,7 +51,7 @@ func TestABrokerThatCannotStartIsRetriedWithBackoff(t *testing.T) {
 	assert.LessOrEqual(t, tries, 8, "50 ms, then doubling to 1 s between starts")
 	assert.Positive(t, tries)
 	// Fixed, it starts, and the delegate goes on.
-	require.NoError(t, os.Remove(filepath.Join(data, "tasks.db")))
+	require.NoError(t, os.RemoveAll(store))
 	_, err = d.Peers(ctxT(t))
 	require.NoError(t, err)
 	assert.NotEqual(t, first, h.BrokerPID())

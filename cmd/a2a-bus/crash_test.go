@@ -225,7 +225,8 @@ func TestDataDirProblemsStopTheStart(t *testing.T) {
 		assert.Equal(t, 1, code)
 		assert.Contains(t, out, "held by another running broker")
 	})
-	t.Run("corrupt", func(t *testing.T) {
+	// An earlier version's bbolt file is migrated, with its own checks.
+	t.Run("an earlier version's corrupt file", func(t *testing.T) {
 		dir := t.TempDir()
 		garbage := []byte(strings.Repeat("not a database ", 4096))
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "tasks.db"), garbage, 0o600))
@@ -236,11 +237,47 @@ func TestDataDirProblemsStopTheStart(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, garbage, after, "left alone, not replaced")
 	})
+	// A store, made by a first start, then damaged.
+	made := func(t *testing.T) string {
+		dir := t.TempDir()
+		require.NoError(t, startPipeBroker(t, dir).Close())
+		return filepath.Join(dir, "tasks")
+	}
+	t.Run("a corrupt store", func(t *testing.T) {
+		store := made(t)
+		manifests, err := filepath.Glob(filepath.Join(store, "MANIFEST-*"))
+		require.NoError(t, err)
+		require.NotEmpty(t, manifests)
+		garbage := []byte(strings.Repeat("not a manifest ", 100))
+		for _, m := range manifests {
+			require.NoError(t, os.WriteFile(m, garbage, 0o600))
+		}
+		out, code := serve(t, filepath.Dir(store))
+		assert.Equal(t, 1, code)
+		assert.Contains(t, out, "corrupt")
+		assert.Contains(t, out, store)
+	})
+	t.Run("an emptied store stops the start unless the loss is accepted", func(t *testing.T) {
+		store := made(t)
+		files, err := filepath.Glob(filepath.Join(store, "*"))
+		require.NoError(t, err)
+		for _, f := range files {
+			require.NoError(t, os.Remove(f))
+		}
+		out, code := serve(t, filepath.Dir(store))
+		assert.Equal(t, 1, code)
+		assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line: %s", out)
+		assert.Contains(t, out, store)
+		assert.Contains(t, out, "--accept-data-loss")
+		out, code = serve(t, filepath.Dir(store), "--accept-data-loss")
+		assert.Equal(t, 0, code, out)
+		assert.Contains(t, out, "may have lost acknowledged changes")
+	})
 	t.Run("an empty data dir starts fresh", func(t *testing.T) {
 		out, code := serve(t, t.TempDir())
 		assert.Equal(t, 0, code, out)
 	})
-	t.Run("a zero-length data file stops the start unless the loss is accepted", func(t *testing.T) {
+	t.Run("an earlier version's zero-length file stops the start unless the loss is accepted", func(t *testing.T) {
 		dir := t.TempDir()
 		path := filepath.Join(dir, "tasks.db")
 		require.NoError(t, os.WriteFile(path, nil, 0o600))

@@ -18,7 +18,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/store"
-	"github.com/a2a-bus/a2a-bus/store/boltstore"
+	"github.com/a2a-bus/a2a-bus/store/pebblestore"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -391,7 +391,7 @@ func openStore(dir string, acceptDataLoss bool, log *slog.Logger) (store.Store, 
 		log.Info("tasks are kept in memory only (--data-dir \"\")")
 		return store.NewMemory(), nil
 	}
-	st, err := boltstore.Open(dir, boltstore.Options{AcceptDataLoss: acceptDataLoss, OnDataLoss: func(problem string) {
+	st, err := pebblestore.Open(dir, pebblestore.Options{Logger: log, AcceptDataLoss: acceptDataLoss, OnDataLoss: func(problem string) {
 		log.Warn("the data file may have lost acknowledged changes; starting anyway (--accept-data-loss)", "dataDir", dir, "problem", problem)
 	}})
 	if err != nil {

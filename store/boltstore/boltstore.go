@@ -1,10 +1,9 @@
-// Package boltstore is the durable task store: one bbolt file in the data
-// directory, ACID, fsync'd on every commit. A change is acknowledged only
-// once it is on disk; concurrent changes share one commit (group commit),
-// so throughput does not fall to one fsync per task.
-//
-// bbolt was chosen over hand-written files or SQLite: a single pure-Go
-// file with ACID transactions and a file lock, used by etcd for years.
+// Package boltstore is the durable task store of earlier versions: one
+// bbolt file in the data directory, ACID, fsync'd on every commit. The
+// broker now keeps its tasks in store/pebblestore, which opens a data dir
+// of this store once, with every check this package makes, and migrates
+// its tasks. It remains a complete store.Store, and the benchmarks
+// compare it with its successor.
 package boltstore
 
 import (

@@ -1,0 +1,419 @@
+package pebblestore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/store/pebblestore"
+	"github.com/a2a-bus/a2a-bus/store/storetest"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func open(t *testing.T, dir string) *pebblestore.Store {
+	t.Helper()
+	s, err := pebblestore.Open(dir, pebblestore.Options{})
+	require.NoError(t, err)
+	return s
+}
+
+func fill(t *testing.T, s *pebblestore.Store, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range 20 {
+		wg.Go(func() {
+			for i := w; i < n; i += 20 {
+				assert.NoError(t, s.Create(context.Background(), storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestSuite(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
+}
+
+func TestChangesSurviveReopening(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	ctx := context.Background()
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t1", "c1", "a", "b", 0), 2))
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t2", "c1", "a", "b", 1), 2))
+	_, err := s.Update(ctx, "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateCompleted
+		return nil
+	})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	s = open(t, dir)
+	defer s.Close()
+	got, err := s.Get(ctx, "t1")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateCompleted, got.Task.Status.State)
+	open, _, err := s.List(ctx, store.Query{OpenOnly: true})
+	require.NoError(t, err)
+	require.Len(t, open, 1)
+	assert.Equal(t, "t2", open[0].Task.ID)
+	// The open-task count came back too: one slot of two is free.
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t3", "c1", "a", "b", 2), 2))
+	assert.ErrorIs(t, s.Create(ctx, storetest.NewRecord("t4", "c1", "a", "b", 3), 2), store.ErrLimit)
+}
+
+func TestTheDataDirIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "data")
+	s := open(t, dir)
+	defer s.Close()
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	require.NoError(t, pebblestore.Flush(s))
+	for _, d := range []string{dir, filepath.Join(dir, pebblestore.DirName)} {
+		st, err := os.Stat(d)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o700), st.Mode().Perm(), d)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, pebblestore.DirName, "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		st, err := os.Stat(f)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), f)
+	}
+}
+
+func TestASecondOpenerIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	_, err := pebblestore.Open(dir, pebblestore.Options{LockTimeout: 50 * time.Millisecond})
+	assert.ErrorIs(t, err, pebblestore.ErrLocked)
+	assert.Contains(t, err.Error(), dir)
+}
+
+func TestANewerSchemaIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, open(t, dir).Close())
+	db, err := pebble.Open(filepath.Join(dir, pebblestore.DirName), &pebble.Options{Logger: quiet{}})
+	require.NoError(t, err)
+	require.NoError(t, db.Set([]byte("mschema"), []byte(fmt.Sprint(pebblestore.SchemaVersion+1)), pebble.Sync))
+	require.NoError(t, db.Close())
+	_, err = pebblestore.Open(dir, pebblestore.Options{})
+	assert.ErrorIs(t, err, pebblestore.ErrNewerSchema)
+	assert.Contains(t, err.Error(), "schema 2")
+}
+
+// damageMiddle overwrites bytes in the middle of each file of the store
+// whose name ends with suffix.
+func damageMiddle(t *testing.T, dir, suffix string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, pebblestore.DirName, "*"+suffix))
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "no %s file", suffix)
+	for _, path := range files {
+		st, err := os.Stat(path)
+		require.NoError(t, err)
+		if st.Size() < 1024 {
+			continue
+		}
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		require.NoError(t, err)
+		_, err = f.WriteAt([]byte(strings.Repeat("\xde\xad", 32)), st.Size()/2)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+	}
+}
+
+func TestADamagedStoreIsRefused(t *testing.T) {
+	tests := map[string]struct {
+		flush  bool
+		damage func(t *testing.T, dir string)
+	}{
+		"a record in the middle of the log": {false, func(t *testing.T, dir string) { damageMiddle(t, dir, ".log") }},
+		"a table's block":                   {true, func(t *testing.T, dir string) { damageMiddle(t, dir, ".sst") }},
+		"the manifest": {false, func(t *testing.T, dir string) {
+			files, _ := filepath.Glob(filepath.Join(dir, pebblestore.DirName, "MANIFEST-*"))
+			require.NotEmpty(t, files)
+			for _, f := range files {
+				require.NoError(t, os.WriteFile(f, []byte(strings.Repeat("not a manifest ", 100)), 0o600))
+			}
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir)
+			fill(t, s, 2000)
+			if tc.flush {
+				require.NoError(t, pebblestore.Flush(s))
+			}
+			require.NoError(t, s.Close())
+			tc.damage(t, dir)
+			for range 2 { // refused each time, and leaves nothing held
+				_, err := pebblestore.Open(dir, pebblestore.Options{LockTimeout: 100 * time.Millisecond})
+				require.Error(t, err)
+				assert.ErrorIs(t, err, pebblestore.ErrCorrupt, "%v", err)
+			}
+		})
+	}
+}
+
+// TestAnEmptiedStoreIsALoss: a store folder without its database (files
+// removed) is not taken for a new store.
+func TestAnEmptiedStoreIsALoss(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	files, err := filepath.Glob(filepath.Join(dir, pebblestore.DirName, "*"))
+	require.NoError(t, err)
+	for _, f := range files {
+		require.NoError(t, os.Remove(f))
+	}
+	_, err = pebblestore.Open(dir, pebblestore.Options{})
+	require.ErrorIs(t, err, pebblestore.ErrDataLoss)
+	assert.Contains(t, err.Error(), "--accept-data-loss")
+
+	var heard string
+	s, err = pebblestore.Open(dir, pebblestore.Options{AcceptDataLoss: true, OnDataLoss: func(p string) { heard = p }})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.NotEmpty(t, heard)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t2", "c", "a", "b", 0), 0))
+}
+
+// TestCloseNeverDropsAnAcknowledgedChange closes the store under 300
+// concurrent creates: each either fails with ErrClosed or is on disk
+// after a reopen.
+func TestCloseNeverDropsAnAcknowledgedChange(t *testing.T) {
+	for round := range 10 {
+		dir := t.TempDir()
+		s := open(t, dir)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		acked := map[string]bool{}
+		started := make(chan struct{}, 300)
+		for i := range 300 {
+			wg.Go(func() {
+				id := fmt.Sprint("t", i)
+				started <- struct{}{}
+				err := s.Create(context.Background(), storetest.NewRecord(id, "c", "a", "b", i), 0)
+				if err == nil {
+					mu.Lock()
+					acked[id] = true
+					mu.Unlock()
+					return
+				}
+				assert.ErrorIs(t, err, store.ErrClosed)
+			})
+		}
+		for range 100 + round*20 {
+			<-started
+		}
+		require.NoError(t, s.Close())
+		wg.Wait()
+		require.NoError(t, s.Close())
+		s = open(t, dir)
+		rs, _, err := s.List(context.Background(), store.Query{})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		onDisk := map[string]bool{}
+		for _, r := range rs {
+			onDisk[r.Task.ID] = true
+		}
+		for id := range acked {
+			require.True(t, onDisk[id], "round %d: acknowledged %s is not on disk", round, id)
+		}
+		assert.Equal(t, len(acked), len(onDisk), "round %d: a change on disk was reported as failed", round)
+	}
+}
+
+// TestPruneSeesItsSharedCommit queues two prunes and an update that ends
+// a task behind a busy commit, so that they share the next: retention
+// still keeps exactly its bound.
+func TestPruneSeesItsSharedCommit(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 11 {
+		r := storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i)
+		if i < 10 {
+			r.Task.Status.State = wire.StateCompleted
+		}
+		require.NoError(t, s.Create(ctx, r, 0))
+	}
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("busy", "c", "a", "b", 99), 0))
+	release, started := make(chan struct{}), make(chan struct{})
+	go s.Update(ctx, "busy", func(*store.Record) error { close(started); <-release; return nil })
+	<-started
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := s.Update(ctx, "t10", func(r *store.Record) error { r.Task.Status.State = wire.StateCompleted; return nil })
+		assert.NoError(t, err)
+	})
+	for range 2 {
+		wg.Go(func() {
+			_, err := s.Prune(ctx, store.Retention{MaxTerminal: 5}, time.Now())
+			assert.NoError(t, err)
+		})
+	}
+	// They queue behind the busy commit: three changes wait for it.
+	require.Eventually(t, func() bool { return pebblestore.Queued(s) == 3 }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	_, err := s.Prune(ctx, store.Retention{MaxTerminal: 5}, time.Now())
+	require.NoError(t, err)
+	rs, _, err := s.List(ctx, store.Query{State: wire.StateCompleted})
+	require.NoError(t, err)
+	assert.Len(t, rs, 5, "retention keeps exactly five terminal tasks")
+}
+
+// TestAFirstStartCutShortLeavesNoStore: the store is made under another
+// name and renamed into place, so a crash during a first start leaves no
+// store folder to refuse, only a leftover that the next start removes.
+func TestAFirstStartCutShortLeavesNoStore(t *testing.T) {
+	dir := t.TempDir()
+	leftover := filepath.Join(dir, pebblestore.DirName+".new")
+	require.NoError(t, os.MkdirAll(leftover, 0o700)) // a first start killed mid-way
+	require.NoError(t, os.WriteFile(filepath.Join(leftover, "000001.log"), []byte("half"), 0o600))
+	s := open(t, dir)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	_, err := os.Stat(leftover)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	s = open(t, dir)
+	defer s.Close()
+	_, err = s.Get(context.Background(), "t1")
+	assert.NoError(t, err)
+}
+
+func BenchmarkCreate(b *testing.B) {
+	for _, senders := range []int{1, 64} {
+		b.Run(fmt.Sprintf("durable/senders=%d", senders), func(b *testing.B) {
+			storetest.BenchmarkCreate(b, func(b *testing.B) store.Store {
+				s, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
+				require.NoError(b, err)
+				return s
+			}, senders)
+		})
+	}
+}
+
+// gatedFS holds every sync of the write-ahead log until the test lets it
+// go, and says when one starts.
+type gatedFS struct {
+	vfs.FS
+	syncing chan struct{}
+	release chan struct{}
+	fail    atomic.Bool // every log sync fails
+}
+
+func (fs *gatedFS) wrap(f vfs.File, name string, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return &gatedFile{File: f, fs: fs}, nil
+}
+
+func (fs *gatedFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(f, name, err)
+}
+
+func (fs *gatedFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(old, name, c)
+	return fs.wrap(f, name, err)
+}
+
+type gatedFile struct {
+	vfs.File
+	fs *gatedFS
+}
+
+func (f *gatedFile) gate() {
+	select {
+	case f.fs.syncing <- struct{}{}:
+		<-f.fs.release
+	default: // not watched now
+	}
+}
+
+var errDisk = errors.New("injected: the disk failed a sync")
+
+func (f *gatedFile) Sync() error { return f.SyncData() }
+func (f *gatedFile) SyncData() error {
+	f.gate()
+	if f.fs.fail.Load() {
+		return errDisk
+	}
+	return f.File.SyncData()
+}
+
+// TestAChangeIsAcknowledgedAfterItsLogSync: a SIGKILL test cannot tell a
+// synced log from the page cache. Here the log's sync is held: the
+// change is not acknowledged until the sync that follows it is done.
+func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
+	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{})}
+	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	defer s.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0) }()
+	select {
+	case <-fs.syncing:
+	case err := <-done:
+		t.Fatalf("acknowledged (%v) without a log sync", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("acknowledged (%v) while its log sync was held", err)
+	default:
+	}
+	close(fs.release)
+	require.NoError(t, <-done)
+	got, err := s.Get(context.Background(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, "t1", got.Task.ID)
+}
+
+// TestAFailedSyncFailsTheStore: after a log sync fails, what reached the
+// disk is unknown: the change is not acknowledged, and neither is any
+// later one.
+func TestAFailedSyncFailsTheStore(t *testing.T) {
+	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{})}
+	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	fs.fail.Store(true)
+	err = s.Create(ctx, storetest.NewRecord("t2", "c", "a", "b", 1), 0)
+	require.Error(t, err)
+	fs.fail.Store(false)
+	assert.Error(t, s.Create(ctx, storetest.NewRecord("t3", "c", "a", "b", 2), 0), "the store stays failed")
+	_, err = s.Update(ctx, "t1", func(*store.Record) error { return nil })
+	assert.Error(t, err)
+	s.Close() // Pebble may report the failed log at close too
+}
+
+// quiet is a Pebble logger for the tests' own Pebble.
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)           {}
+func (quiet) Errorf(string, ...any)          {}
+func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
