@@ -115,9 +115,6 @@ type Bus struct {
 	// reserving runs the replacement of a session's serving connection
 	// that the server closed.
 	reserving sync.WaitGroup
-	// dispatching counts the requests being handed to the fair queue, so
-	// that Close answers the last one a draining subscription delivers.
-	dispatching atomic.Int64
 
 	busyOnce sync.Once
 	busyErr  []byte
@@ -245,6 +242,7 @@ func (b *Bus) Serve(h transport.Handler) error {
 		b.subs = append(b.subs, sub)
 	}
 	if err := b.svc.answer(b.nc); err != nil {
+		b.svc.stop()
 		return err
 	}
 	b.handler = h
@@ -267,16 +265,14 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		b.log.Debug("request without a reply subject ignored", "subject", m.Subject)
 		return
 	}
-	b.dispatching.Add(1)
-	defer b.dispatching.Add(-1)
 	received := time.Now()
 	endpoint := endpointSession
 	if m.Subject == HostRPC {
 		endpoint = endpointHost
 	}
 	answer := func(resp []byte) {
-		b.reply(m, resp)
-		b.svc.done(endpoint, time.Since(received), resp, "")
+		sent := b.reply(m, resp)
+		b.svc.done(endpoint, time.Since(received), sent, "")
 	}
 	refuse := func(why string) {
 		b.log.Debug(why, "subject", m.Subject)
@@ -336,9 +332,10 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		// the subscription keeps up with it; past busyAnswers a second,
 		// not answered at all (the flooder's calls time out).
 		if b.fair.busyAnswer(key, busyAnswers, time.Now()) {
-			answer(b.busy(wire.PeekID(m.Data)))
+			b.reply(m, b.busy(wire.PeekID(m.Data)))
+			b.svc.done(endpoint, time.Since(received), nil, busyProblem)
 		} else {
-			b.svc.done(endpoint, time.Since(received), nil, "A2A_BUSY, not answered: past the busy answers a second")
+			b.svc.done(endpoint, time.Since(received), nil, busyProblem+", not answered: past the busy answers a second")
 		}
 	case err != nil:
 		answer(wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the broker is shutting down")))
@@ -352,6 +349,10 @@ const busyAnswers = 1000
 
 // busy returns the A2A_BUSY response to the request with this id. The
 // error object is encoded once.
+// busyProblem is the error an A2A_BUSY answer counts as, without reading
+// the answer back.
+var busyProblem = fmt.Sprintf("%d %s", wire.ErrBusy.Code, wire.CodeBusy)
+
 func (b *Bus) busy(id json.RawMessage) []byte {
 	b.busyOnce.Do(func() {
 		b.busyErr, _ = json.Marshal(wire.ErrBusy.Withf(
@@ -377,14 +378,18 @@ func requestID(data []byte) json.RawMessage {
 	return nil
 }
 
-func (b *Bus) reply(m *nats.Msg, resp []byte) {
+// reply sends resp, or, if it is over the payload limit, an error that
+// says so; it returns what it sent.
+func (b *Bus) reply(m *nats.Msg, resp []byte) []byte {
 	err := m.Respond(resp)
 	if errors.Is(err, nats.ErrMaxPayload) {
-		err = m.Respond(wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the response of %d bytes is over the server's payload limit", len(resp))))
+		resp = wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the response of %d bytes is over the server's payload limit", len(resp)))
+		err = m.Respond(resp)
 	}
 	if err != nil && b.ctx.Err() == nil {
 		b.log.Warn("nats: reply failed", "error", err)
 	}
+	return resp
 }
 
 // Subscribers implements transport.SubscriberCounter: the embedded
@@ -493,13 +498,14 @@ func (b *Bus) serveSession(session string, replacing *nats.Conn) error {
 // dialSession connects and subscribes the broker's serving connection for
 // a session.
 func (b *Bus) dialSession(session string) (*servedSession, error) {
+	var gate *gatedConn // set by the one connect (no reconnects)
 	gated := inProcessFunc(func() (net.Conn, error) {
 		c, err := b.server.InProcessConn()
 		if err != nil {
 			return nil, err
 		}
-		g := &gatedConn{Conn: c, fair: b.fair, key: session}
-		return g, nil
+		gate = &gatedConn{Conn: c, fair: b.fair, key: session}
+		return gate, nil
 	})
 	nc, err := nats.Connect("", nats.InProcessServer(gated), nats.UserInfo(serveUser, b.server.servePass),
 		nats.NoReconnect(), nats.Name("a2a-bus broker: "+SubjectToken(session)),
@@ -523,7 +529,7 @@ func (b *Bus) dialSession(session string) (*servedSession, error) {
 		nc.Close()
 		return nil, fmt.Errorf("natsbus: serve session: %w", err)
 	}
-	return &servedSession{nc: nc, sub: sub}, nil
+	return &servedSession{nc: nc, sub: sub, gate: gate}, nil
 }
 
 // inProcessFunc adapts a function to nats.InProcessConnProvider.
@@ -536,19 +542,24 @@ func (f inProcessFunc) InProcessConn() (net.Conn, error) { return f() }
 // or once it is closed.
 type gatedConn struct {
 	net.Conn
-	fair   *fairQueue
-	key    string
-	closed atomic.Bool
+	fair    *fairQueue
+	key     string
+	ungated atomic.Bool // closed, or the bus is closing: read at once
 }
 
 func (c *gatedConn) Read(p []byte) (int, error) {
-	c.fair.wait(c.key, &c.closed)
+	c.fair.wait(c.key, &c.ungated)
 	return c.Conn.Read(p)
 }
 
-func (c *gatedConn) Close() error {
-	c.closed.Store(true)
+// ungate makes Read read at once from now on.
+func (c *gatedConn) ungate() {
+	c.ungated.Store(true)
 	c.fair.wake()
+}
+
+func (c *gatedConn) Close() error {
+	c.ungate()
 	return c.Conn.Close()
 }
 
@@ -565,8 +576,9 @@ func (b *Bus) reserve(session string, closed *nats.Conn) {
 
 // servedSession is the broker's connection serving one session.
 type servedSession struct {
-	nc  *nats.Conn
-	sub *nats.Subscription
+	nc   *nats.Conn
+	sub  *nats.Subscription
+	gate *gatedConn
 }
 
 // RevokeSession implements transport.SessionRevoker, when the server is
@@ -643,10 +655,18 @@ func (b *Bus) Close() error {
 		b.served = map[string]*servedSession{}
 		b.mu.Unlock()
 		b.svc.stop() // no longer announced as serving
+		// One grace for all that follows: taking in what was sent, and
+		// letting what runs finish.
+		graceEnd := time.Now().Add(b.cfg.CloseGrace)
 		for _, ss := range served {
 			subs = append(subs, ss.sub)
+			// What a session sent is read now, whatever it has waiting:
+			// it waits its turn or is answered busy, then shutting down.
+			if ss.gate != nil {
+				ss.gate.ungate()
+			}
 		}
-		b.drain(subs)
+		b.drain(subs, graceEnd)
 		// What runs may finish, for a while: a clean shutdown answers it
 		// with its result. Then it is cut short (-32603, shutting down).
 		finished := make(chan struct{})
@@ -654,7 +674,7 @@ func (b *Bus) Close() error {
 		grace.Go(func() {
 			select {
 			case <-finished:
-			case <-time.After(b.cfg.CloseGrace):
+			case <-time.After(time.Until(graceEnd)):
 			}
 			b.cancel()
 		})
@@ -685,8 +705,9 @@ func (b *Bus) Close() error {
 // they had already received to the fair queue: a plain Unsubscribe would
 // drop those the client held but had not dispatched, and their callers,
 // whose request the server had delivered, would wait for their timeout.
-// A subscription that does not drain within CloseGrace is unsubscribed.
-func (b *Bus) drain(subs []*nats.Subscription) {
+// A subscription not drained by the deadline is unsubscribed; one whose
+// connection closed meanwhile (nats.go then reports no status) is done.
+func (b *Bus) drain(subs []*nats.Subscription, deadline time.Time) {
 	var draining []*nats.Subscription
 	var closed []<-chan nats.SubStatus
 	for _, sub := range subs {
@@ -698,25 +719,26 @@ func (b *Bus) drain(subs []*nats.Subscription) {
 		draining = append(draining, sub)
 		closed = append(closed, c)
 	}
-	deadline := time.NewTimer(b.cfg.CloseGrace)
-	defer deadline.Stop()
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for i, c := range closed {
-		select {
-		case <-c:
-		case <-deadline.C:
-			for _, sub := range draining[i:] {
-				_ = sub.Unsubscribe()
+	wait:
+		for {
+			select {
+			case <-c:
+				break wait
+			case <-tick.C:
+				if !draining[i].IsValid() {
+					break wait
+				}
+			case <-timeout.C:
+				for _, sub := range draining[i:] {
+					_ = sub.Unsubscribe()
+				}
+				return
 			}
-			return
-		}
-	}
-	// The last message a subscription delivers may still be on its way
-	// into dispatch, which takes a moment at most.
-	for b.dispatching.Load() > 0 {
-		select {
-		case <-deadline.C:
-			return
-		case <-time.After(time.Millisecond):
 		}
 	}
 }

@@ -56,3 +56,53 @@ func TestCloseAnswersEveryRequestItReceived(t *testing.T) {
 	}
 	assert.Equal(t, n, len(answered), "every request the broker received is answered")
 }
+
+// TestCloseAnswersASessionsBacklog: a session whose requests wait behind
+// a handler that never returns by itself has the rest of what it sent
+// read and answered at Close (busy, or shutting down), not left unread
+// behind its gate.
+func TestCloseAnswersASessionsBacklog(t *testing.T) {
+	const n = 50
+	b, err := natsbus.New(natsbus.Config{MaxMessageBytes: testLimit, MaxInFlightPerSession: 1, MaxWaitingPerSession: 8, CloseGrace: testGrace})
+	require.NoError(t, err)
+	defer b.Close()
+	open := b.HostMethods()[wire.MethodSessionOpen]
+	require.NoError(t, b.Serve(transport.HandlerFunc(func(ctx context.Context, from transport.Caller, raw []byte) []byte {
+		if from.Scope == transport.ScopeHost { // a2a.sessions.open
+			req, _ := wire.ParseRequest(raw, 0)
+			res, err := open(ctx, req.Params)
+			if err != nil {
+				return wire.ErrorResponse(req.ID, wire.ErrInternal.Withf("%v", err))
+			}
+			resp, _ := wire.EncodeResult(req.ID, res)
+			return resp
+		}
+		<-ctx.Done() // until Close cuts it short
+		return nil
+	})))
+	creds := openSession(t, b, "s1")
+	gone := make(chan struct{})
+	nc, err := nats.Connect(creds.URL, nats.UserInfo(creds.User, creds.Password), nats.CustomInboxPrefix(natsbus.SessionInbox("s1")),
+		nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(gone) }))
+	require.NoError(t, err)
+	defer nc.Close()
+	replies := make(chan *nats.Msg, n)
+	_, err = nc.ChanSubscribe(natsbus.SessionInbox("s1")+".>", replies)
+	require.NoError(t, err)
+	for i := range n {
+		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"a2a.agents.list","params":{}}`, i)
+		require.NoError(t, nc.PublishRequest(natsbus.RPCSubject("s1"), fmt.Sprint(natsbus.SessionInbox("s1"), ".", i), body))
+	}
+	require.NoError(t, nc.Flush())
+	require.NoError(t, b.Close())
+	select {
+	case <-gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's connection outlived the server")
+	}
+	answered := map[string]bool{}
+	for len(replies) > 0 {
+		answered[(<-replies).Subject] = true
+	}
+	assert.Equal(t, n, len(answered), "every request the session sent before Close is answered")
+}

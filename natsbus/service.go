@@ -45,6 +45,10 @@ type endpointStats struct {
 	micro.EndpointStats
 }
 
+// maxLastError bounds the last error a stats answer shows: a session
+// chooses much of it (a method name, a bad value).
+const maxLastError = 256
+
 const (
 	endpointSession = iota
 	endpointHost
@@ -137,7 +141,7 @@ func (s *service) done(endpoint int, took time.Duration, resp []byte, problem st
 	st.AverageProcessingTime = st.ProcessingTime / time.Duration(st.NumRequests)
 	if problem != "" {
 		st.NumErrors++
-		st.LastError = problem
+		st.LastError = wire.Cut(problem, maxLastError)
 	}
 }
 

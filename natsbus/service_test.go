@@ -97,3 +97,26 @@ func TestAClosedBusStopsAnsweringTheServiceAPI(t *testing.T) {
 	_, err = host.Request("$SRV.PING", nil, time.Second)
 	assert.ErrorIs(t, err, nats.ErrNoResponders)
 }
+
+// TestAnAnswerOverThePayloadLimitCountsAsAnError: what the caller gets
+// (an error saying the result did not fit) is what the stats count.
+func TestAnAnswerOverThePayloadLimitCountsAsAnError(t *testing.T) {
+	b := newBus(t)
+	require.NoError(t, b.Serve(transport.HandlerFunc(func(_ context.Context, _ transport.Caller, req []byte) []byte {
+		resp, _ := wire.EncodeResult(wire.PeekID(req), strings.Repeat("x", 2*b.MaxPayload()))
+		return resp
+	})))
+	host, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()))
+	require.NoError(t, err)
+	defer host.Close()
+	_, err = rawRequest(t, host, natsbus.HostRPC, "a2a.admin.status", struct{}{})
+	require.ErrorIs(t, err, wire.ErrInternal)
+	// The count lands just after the answer is sent.
+	var stats micro.Stats
+	require.Eventually(t, func() bool {
+		serviceRequest(t, host, "$SRV.STATS", &stats)
+		return len(stats.Endpoints) == 2 && stats.Endpoints[1].NumRequests == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, 1, stats.Endpoints[1].NumErrors)
+	assert.Contains(t, stats.Endpoints[1].LastError, "payload limit")
+}

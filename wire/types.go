@@ -411,15 +411,20 @@ func (t *Task) WithoutHistory() *Task {
 // most 80 bytes of it, cut on a character boundary, then Go-quoted so
 // that control characters and invalid bytes show as escapes.
 func Quote(s string) string {
-	const max = 80
-	if len(s) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
+	return strconv.Quote(Cut(s, 80))
+}
+
+// Cut returns s, or at most its first max bytes cut on a character
+// boundary and followed by "…".
+func Cut(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
-	return strconv.Quote(s)
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 func listOrNone(s []string) string {
