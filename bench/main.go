@@ -142,28 +142,38 @@ func (r *runner) all() error {
 	return nil
 }
 
-// events: event throughput on each bus, beside its raw transport.
+// events: event throughput on each bus, beside its raw transport: the
+// bytes carried, then the same with each event decoded as a session does
+// (the targets are on those), beside a tight loop of the decode alone.
 func (r *runner) events() {
-	raws := map[string]func(b *testing.B){
-		"fake":        bustest.BenchmarkRawChannel,
-		"pipe":        rawPipe,
-		"nats-inproc": rawNATS(false),
-		"nats-tcp":    rawNATS(true),
-	}
 	rawNames := map[string]string{"fake": "Go channel", "pipe": "JSON lines over os.Pipe", "nats-inproc": "nats.go pub/sub in-process", "nats-tcp": "nats.go pub/sub over TCP"}
-	for _, k := range buses {
-		raw := r.run(k.name, "events raw: "+rawNames[k.name], raws[k.name])
-		bus := r.run(k.name, "events", onBus(k, bustest.BenchmarkEvents))
-		if raw.NsPerOp > 0 && bus.NsPerOp > 0 {
-			bus.Ratio = raw.NsPerOp / bus.NsPerOp
-			bus.Against = raw.Case
-			if k.name == "pipe" || k.name == "nats-inproc" {
-				bus.Target = "≥ 0.8 × raw"
-				bus.Met = met(bus.Ratio >= 0.8)
-			}
+	r.add(r.run("json", "limit: decode one event (encoding/json)", bustest.BenchmarkDecodeEvent))
+	for _, decode := range []bool{false, true} {
+		raws := map[string]func(b *testing.B){
+			"fake":        bustest.BenchmarkRawChannel,
+			"pipe":        rawPipe(decode),
+			"nats-inproc": rawNATS(false, decode),
+			"nats-tcp":    rawNATS(true, decode),
 		}
-		r.add(raw)
-		r.add(bus)
+		events, suffix := bustest.BenchmarkEvents, ""
+		if decode {
+			raws["fake"] = bustest.BenchmarkRawChannelDecoded
+			events, suffix = bustest.BenchmarkEventsDecoded, ", decoded"
+		}
+		for _, k := range buses {
+			raw := r.run(k.name, "events raw: "+rawNames[k.name]+suffix, raws[k.name])
+			bus := r.run(k.name, "events"+suffix, onBus(k, events))
+			if raw.NsPerOp > 0 && bus.NsPerOp > 0 {
+				bus.Ratio = raw.NsPerOp / bus.NsPerOp
+				bus.Against = raw.Case
+				if decode {
+					bus.Target = "≥ 0.8 × raw"
+					bus.Met = met(bus.Ratio >= 0.8)
+				}
+			}
+			r.add(raw)
+			r.add(bus)
+		}
 	}
 }
 

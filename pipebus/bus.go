@@ -305,7 +305,7 @@ func (b *Bus) writeLoop() {
 	// write buffers one line; a line larger than the buffer, and Flush,
 	// reach w, each under a fresh deadline.
 	write := func(line []byte) error {
-		if dl != nil {
+		if dl != nil && len(line)+1 > bw.Available() { // it reaches w
 			dl.SetWriteDeadline(time.Now().Add(timeout))
 		}
 		if _, err := bw.Write(line); err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +21,20 @@ import (
 // on the bus and on the raw transports alike, so that a fast publisher
 // measures delivery rather than how many a buffer drops.
 const window = 1024
+
+// Credits is flow control without sleeps for a throughput benchmark: the
+// sender takes a credit before each message (blocking while window are
+// in flight), the receiver gives one back for each it received.
+type Credits chan struct{}
+
+// NewCredits returns window credits.
+func NewCredits() Credits { return make(Credits, window) }
+
+// Take blocks until a message may be sent.
+func (c Credits) Take() { c <- struct{}{} }
+
+// Give returns the credit of a message received.
+func (c Credits) Give() { <-c }
 
 // SampleEvent returns a typical a2a.task.event of about 600 bytes, as the
 // broker encodes it, for session.
@@ -41,9 +54,15 @@ func SampleEvent(session string, seq uint64) []byte {
 }
 
 // BenchmarkEvents measures notifications delivered to one subscribed
-// session: Publish on the broker side, receive and decode on the session
-// side, at most window in flight.
-func BenchmarkEvents(b *testing.B, h Harness) {
+// session: Publish on the broker side, receive on the session side (the
+// bytes), at most window in flight.
+func BenchmarkEvents(b *testing.B, h Harness) { benchEvents(b, h, false) }
+
+// BenchmarkEventsDecoded is BenchmarkEvents with each event decoded
+// (wire.DecodeEvent) as it is received, as a session does.
+func BenchmarkEventsDecoded(b *testing.B, h Harness) { benchEvents(b, h, true) }
+
+func benchEvents(b *testing.B, h Harness, decode bool) {
 	ctx := context.Background()
 	sess, err := h.Client.Session(ctx, "bench")
 	if err != nil {
@@ -58,10 +77,10 @@ func BenchmarkEvents(b *testing.B, h Harness) {
 		b.Fatal(err)
 	}
 	msg := SampleEvent("bench", 1)
+	credits := NewCredits()
 	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
 	b.ResetTimer()
-	var received atomic.Int64
 	done := make(chan error, 1)
 	go func() {
 		for i := 0; i < b.N; i++ {
@@ -70,18 +89,16 @@ func BenchmarkEvents(b *testing.B, h Harness) {
 				done <- fmt.Errorf("subscription ended after %d", i)
 				return
 			}
-			if _, err := wire.DecodeEvent(m); err != nil {
+			if err := Check(m, len(msg), decode); err != nil {
 				done <- err
 				return
 			}
-			received.Add(1)
+			credits.Give()
 		}
 		done <- nil
 	}()
 	for i := 0; i < b.N; i++ {
-		for int64(i)-received.Load() >= window {
-			time.Sleep(10 * time.Microsecond)
-		}
+		credits.Take()
 		if err := h.Bus.Publish("bench", msg); err != nil {
 			b.Fatal(err)
 		}
@@ -96,9 +113,28 @@ func BenchmarkEvents(b *testing.B, h Harness) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
+// Check is what a throughput benchmark's receiver does with a message
+// of size bytes: it checks its length, or decodes it.
+func Check(m []byte, size int, decode bool) error {
+	if decode {
+		_, err := wire.DecodeEvent(m)
+		return err
+	}
+	if len(m) != size {
+		return fmt.Errorf("received %d bytes, sent %d", len(m), size)
+	}
+	return nil
+}
+
 // BenchmarkRawChannel is the fake bus's raw transport: the same bytes
-// through a Go channel, decoded.
-func BenchmarkRawChannel(b *testing.B) {
+// through a Go channel of window.
+func BenchmarkRawChannel(b *testing.B) { rawChannel(b, false) }
+
+// BenchmarkRawChannelDecoded is BenchmarkRawChannel with each event
+// decoded as it is received.
+func BenchmarkRawChannelDecoded(b *testing.B) { rawChannel(b, true) }
+
+func rawChannel(b *testing.B, decode bool) {
 	msg := SampleEvent("bench", 1)
 	ch := make(chan []byte, window)
 	b.SetBytes(int64(len(msg)))
@@ -107,7 +143,7 @@ func BenchmarkRawChannel(b *testing.B) {
 	done := make(chan error, 1)
 	go func() {
 		for i := 0; i < b.N; i++ {
-			if _, err := wire.DecodeEvent(<-ch); err != nil {
+			if err := Check(<-ch, len(msg), decode); err != nil {
 				done <- err
 				return
 			}
@@ -121,6 +157,20 @@ func BenchmarkRawChannel(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkDecodeEvent is what a receiver pays to decode one event
+// (wire.DecodeEvent, encoding/json): the row beside the transports'.
+func BenchmarkDecodeEvent(b *testing.B) {
+	msg := SampleEvent("bench", 1)
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := wire.DecodeEvent(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
@@ -154,8 +204,10 @@ func BenchmarkSessions(b *testing.B, h Harness, n int) {
 	}
 	subs := make([]transport.Subscription, n)
 	msgs := make([][]byte, n)
+	ids := make([]string, n)
 	for i := range n {
 		id := fmt.Sprint("s", i)
+		ids[i] = id
 		s, err := h.Client.Session(ctx, id)
 		if err != nil {
 			b.Fatal(err)
@@ -165,20 +217,18 @@ func BenchmarkSessions(b *testing.B, h Harness, n int) {
 		}
 		msgs[i] = SampleEvent(id, 1)
 	}
-	var received atomic.Int64
+	credits := NewCredits()
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for _, sub := range subs {
 		wg.Go(func() {
 			for {
 				select {
-				case m, ok := <-sub.C():
+				case _, ok := <-sub.C():
 					if !ok {
 						return
 					}
-					if _, err := wire.DecodeNotificationHead(m); err == nil {
-						received.Add(1)
-					}
+					credits.Give()
 				case <-stop:
 					return
 				}
@@ -188,15 +238,14 @@ func BenchmarkSessions(b *testing.B, h Harness, n int) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for int64(i)-received.Load() >= window {
-			time.Sleep(10 * time.Microsecond)
-		}
-		if err := h.Bus.Publish(fmt.Sprint("s", i%n), msgs[i%n]); err != nil {
+		credits.Take()
+		if err := h.Bus.Publish(ids[i%n], msgs[i%n]); err != nil {
 			b.Fatal(err)
 		}
 	}
-	for received.Load() < int64(b.N) {
-		time.Sleep(10 * time.Microsecond)
+	// Every credit back: every event delivered.
+	for range window {
+		credits.Take()
 	}
 	b.StopTimer()
 	close(stop)
