@@ -177,28 +177,53 @@ func (r *runner) events() {
 	}
 }
 
-// roundTrips: the round trip through the broker, beside raw
-// request/reply on nats.go.
+// roundTrips: the round trip through the broker (memory store), beside
+// raw request/reply on nats.go; on NATS also beside the bare exchange of
+// the same four messages, and with the durable store.
 func (r *runner) roundTrips() {
-	rawRR := map[bool]Result{}
+	rawRR, bare := map[bool]Result{}, map[bool]Result{}
 	for _, tcp := range []bool{false, true} {
-		name := "request/reply raw: nats.go in-process"
-		if tcp {
-			name = "request/reply raw: nats.go over TCP"
-		}
-		rawRR[tcp] = r.run("nats", name, rawRequestReply(tcp))
+		where := map[bool]string{false: "in-process", true: "over TCP"}[tcp]
+		rawRR[tcp] = r.run("nats", "limit: request/reply raw, nats.go "+where, rawRequestReply(tcp))
 		r.add(rawRR[tcp])
+		bare[tcp] = r.run("nats", "limit: the round trip's four messages bare, nats.go "+where, rawExchange(tcp))
+		r.add(bare[tcp])
+	}
+	ratio := func(res *Result, against Result, target float64) {
+		if p, q := res.Metrics["p50-µs"], against.Metrics["p50-µs"]; p > 0 && q > 0 {
+			res.Ratio = p / q
+			res.Against = against.Case + " p50"
+			if target > 0 {
+				res.Target = fmt.Sprintf("p50 ≤ %g × that", target)
+				res.Met = met(res.Ratio <= target)
+			}
+		}
 	}
 	for _, k := range buses {
-		res := r.run(k.name, "round trip", onBus(k, brokertest.BenchmarkRoundTrip))
-		raw := rawRR[k.name == "nats-tcp"]
-		if p, q := res.Metrics["p50-µs"], raw.Metrics["p50-µs"]; p > 0 && q > 0 {
-			res.Ratio = p / q
-			res.Against = raw.Case + " p50"
-			res.Target = "p50 ≤ 4 × raw p50"
-			res.Met = met(res.Ratio <= 4)
+		tcp := k.name == "nats-tcp"
+		res := r.run(k.name, "round trip, memory store", onBus(k, brokertest.BenchmarkRoundTrip))
+		switch k.name {
+		case "nats-tcp":
+			ratio(&res, bare[tcp], 1.3)
+		case "nats-inproc":
+			ratio(&res, rawRR[tcp], 5)
+		default:
+			ratio(&res, rawRR[false], 0)
 		}
 		r.add(res)
+		if !strings.HasPrefix(k.name, "nats") {
+			continue
+		}
+		dur := r.run(k.name, "round trip, durable store", onBus(k, func(b *testing.B, h bustest.Harness) {
+			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			brokertest.BenchmarkRoundTripOn(b, h, st)
+		}))
+		ratio(&dur, bare[tcp], map[bool]float64{true: 3}[tcp])
+		r.add(dur)
 	}
 }
 

@@ -152,3 +152,64 @@ func rawRequestReply(tcp bool) func(b *testing.B) {
 		bustest.ReportLatency(b, lat)
 	}
 }
+
+// rawExchange is the round trip's bare exchange: the same four messages
+// as a round trip through the broker, on nats.go and the same server, with
+// a responder that only echoes. The requester sends (a request of a
+// send's size, answered with a task's size) and the responder publishes
+// the created event to the assignee; the assignee sends an update,
+// answered likewise, and the responder publishes the final event to the
+// requester.
+func rawExchange(tcp bool) func(b *testing.B) {
+	return func(b *testing.B) {
+		pub, sub, undo := natsPair(b, tcp)
+		defer undo()
+		event := bustest.SampleEvent("bench", 1)
+		answer := event[:len(event)*3/4] // a task's size
+		responder := func(subject, notify string) {
+			s, err := sub.Subscribe(subject, func(m *nats.Msg) {
+				m.Respond(answer)
+				sub.Publish(notify, event)
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Unsubscribe() })
+		}
+		responder("raw.send", "raw.events.assignee")
+		responder("raw.update", "raw.events.requester")
+		toAssignee, err := pub.SubscribeSync("raw.events.assignee")
+		if err != nil {
+			b.Fatal(err)
+		}
+		toRequester, err := pub.SubscribeSync("raw.events.requester")
+		if err != nil {
+			b.Fatal(err)
+		}
+		sub.Flush()
+		pub.Flush()
+		send := []byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.message.send","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","to":"assignee","message":{"role":"user","parts":[{"kind":"text","text":"take seat 2?"}]}}}`)
+		update := []byte(`{"jsonrpc":"2.0","id":2,"method":"a2a.tasks.update","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","taskId":"01929c6e-7f7c-7a10-9c7b-3f2f0a4d5e6f","state":"completed"}}`)
+		lat := make([]time.Duration, 0, b.N)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			if _, err := pub.Request("raw.send", send, 5*time.Second); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := toAssignee.NextMsg(5 * time.Second); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := pub.Request("raw.update", update, 5*time.Second); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := toRequester.NextMsg(5 * time.Second); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(start))
+		}
+		b.StopTimer()
+		bustest.ReportLatency(b, lat)
+	}
+}

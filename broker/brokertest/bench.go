@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/transport/bustest"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -82,8 +83,13 @@ func (a *benchAgent) next(b *testing.B) *wire.TaskEvent {
 // send creates a task, the assignee's session receives the event, the
 // assignee completes the task, the requester's session receives the
 // event. It reports p50 and p99.
-func BenchmarkRoundTrip(b *testing.B, h bustest.Harness) {
-	defer benchBroker(b, h, broker.Config{MaxTasksPerContext: 1 << 30})()
+func BenchmarkRoundTrip(b *testing.B, h bustest.Harness) { BenchmarkRoundTripOn(b, h, nil) }
+
+// BenchmarkRoundTripOn is BenchmarkRoundTrip with the broker's tasks in
+// st (nil: the memory store): with a durable store, both changes of a
+// round trip wait for the disk.
+func BenchmarkRoundTripOn(b *testing.B, h bustest.Harness, st store.Store) {
+	defer benchBroker(b, h, broker.Config{MaxTasksPerContext: 1 << 30, Store: st})()
 	ctx := context.Background()
 	req := benchRegister(b, h, "rt-1", "requester", true)
 	asg := benchRegister(b, h, "rt-2", "assignee", true)
