@@ -28,10 +28,18 @@ const MigratedSuffix = ".migrated"
 func migrate(dir string, opts Options) error {
 	old := filepath.Join(dir, boltstore.FileName)
 	path := filepath.Join(dir, DirName)
+	_, err := os.Lstat(old)
+	oldThere := !errors.Is(err, os.ErrNotExist)
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		if oldThere {
+			// A migration cut short after the new store was in place, or
+			// a file an earlier version wrote since: which, the store
+			// cannot tell, so it leaves the file be and says so.
+			opts.Logger.Warn("an earlier version's task file is beside the task store and is not read", "file", old, "store", path)
+		}
 		return nil
 	}
-	if _, err := os.Lstat(old); errors.Is(err, os.ErrNotExist) {
+	if !oldThere {
 		return nil
 	}
 	src, err := boltstore.Open(dir, boltstore.Options{LockTimeout: opts.LockTimeout, AcceptDataLoss: opts.AcceptDataLoss, OnDataLoss: opts.OnDataLoss})
@@ -66,7 +74,7 @@ func copyTasks(src store.Store, db *pebble.DB) (int, error) {
 	t := &tx{Batch: db.NewIndexedBatch(), counts: counts, pending: map[string]uint64{}}
 	n, size := 0, 0
 	flush := func() error {
-		if err := t.Commit(pebble.Sync); err != nil {
+		if err := fatalAsError(func() error { return t.Commit(pebble.Sync) }); err != nil {
 			return err
 		}
 		t.Close()

@@ -37,6 +37,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/gofrs/flock"
 
 	"github.com/a2a-bus/a2a-bus/store"
 )
@@ -114,6 +115,8 @@ type Store struct {
 	counts map[string]uint64 // open tasks per requester's session, as on disk
 	maxID  string            // the greatest task id stored; the committer's
 
+	lock *flock.Flock // the data dir's, held while open
+
 	closeOnce sync.Once
 }
 
@@ -146,6 +149,41 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pebblestore: %w", err)
 	}
+	// The data dir's lock comes first: a migration and a first store are
+	// made by one broker, not by two at once.
+	lock, err := lockDir(dir, opts.LockTimeout)
+	if err != nil {
+		return nil, err
+	}
+	s, err := openLocked(dir, opts)
+	if err != nil {
+		lock.Unlock()
+		return nil, err
+	}
+	s.lock = lock
+	return s, nil
+}
+
+// LockName is the file in the data dir whose lock a store holds while it
+// is open.
+const LockName = "tasks.lock"
+
+func lockDir(dir string, timeout time.Duration) (*flock.Flock, error) {
+	l := flock.New(filepath.Join(dir, LockName), flock.SetPermissions(0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ok, err := l.TryLockContext(ctx, 20*time.Millisecond)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("pebblestore: lock %s: %w", l.Path(), err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+	}
+	return l, nil
+}
+
+// openLocked opens the store in dir, whose lock the caller holds.
+func openLocked(dir string, opts Options) (s *Store, err error) {
 	path := filepath.Join(dir, DirName)
 	if err := migrate(dir, opts); err != nil {
 		return nil, err
@@ -162,29 +200,30 @@ func Open(dir string, opts Options) (*Store, error) {
 		if opts.OnDataLoss != nil {
 			opts.OnDataLoss(problem)
 		}
-		db, err = open(path, opts, false)
-		if err == nil {
+		if db, err = open(path, opts, false); err == nil {
 			err = prepare(db, path)
 		}
 	}
+	defer func() {
+		if err != nil && db != nil {
+			_ = fatalAsError(db.Close)
+		}
+	}()
 	if err != nil {
 		return nil, err
 	}
 	if err := check(db, path); err != nil {
-		db.Close()
 		return nil, err
 	}
 	counts, err := loadCounts(db)
 	if err != nil {
-		db.Close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 	}
 	maxID, err := lastID(db)
 	if err != nil {
-		db.Close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 	}
-	s := &Store{db: db, ops: make(chan *op, opts.MaxBatch), applied: make(chan *group, 64), max: opts.MaxBatch, counts: counts, maxID: maxID}
+	s = &Store{db: db, ops: make(chan *op, opts.MaxBatch), applied: make(chan *group, 64), max: opts.MaxBatch, counts: counts, maxID: maxID}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Go(s.commit)
 	s.wg.Go(s.sync)
@@ -273,7 +312,7 @@ func createIfMissing(path string, opts Options, fill func(db *pebble.DB) error) 
 	if err == nil && fill != nil {
 		err = fill(db)
 	}
-	if cerr := db.Close(); err == nil {
+	if cerr := fatalAsError(db.Close); err == nil {
 		err = cerr
 	}
 	if err == nil {
@@ -307,7 +346,9 @@ func syncDir(dir string) error {
 
 // prepare writes the schema version of a new store.
 func prepare(db *pebble.DB, path string) error {
-	if err := db.Set(key(pMeta, "schema"), []byte(strconv.Itoa(SchemaVersion)), pebble.Sync); err != nil {
+	if err := fatalAsError(func() error {
+		return db.Set(key(pMeta, "schema"), []byte(strconv.Itoa(SchemaVersion)), pebble.Sync)
+	}); err != nil {
 		return fmt.Errorf("pebblestore: prepare %s: %w", path, err)
 	}
 	return nil
@@ -507,9 +548,12 @@ func (s *Store) sync() {
 // durable. Pebble replays it as nothing.
 var syncMark = []byte{0}
 
-// fatalAsError runs a commit or a log sync. Pebble reports a failed one
-// as fatal (its pipeline cannot go on): here that is an error, which
-// fails the store, rather than the end of the process that embeds it.
+// fatalAsError runs a commit, a log sync or a close. Pebble reports a
+// failed one as fatal (its pipeline cannot go on): where Pebble's own
+// goroutine is the caller's, that is an error here, which fails the
+// store. A failure Pebble meets in a goroutine of its own (a failed sync
+// while it switches log files, or of its manifest) still ends the
+// process: Logger.Fatalf panics there, as Pebble requires.
 func fatalAsError(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -993,7 +1037,10 @@ func (s *Store) Close() error {
 		s.qmu.Unlock()
 		s.cancel()
 		s.wg.Wait()
-		err = s.db.Close()
+		err = fatalAsError(s.db.Close)
+		if uerr := s.lock.Unlock(); err == nil {
+			err = uerr
+		}
 	})
 	return err
 }

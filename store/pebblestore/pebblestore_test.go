@@ -417,3 +417,29 @@ type quiet struct{}
 func (quiet) Infof(string, ...any)           {}
 func (quiet) Errorf(string, ...any)          {}
 func (quiet) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+
+// TestFirstStartsAtOnceMakeOneStore: brokers started at the same moment
+// on a new data dir take turns: one makes the store, the others open
+// it, and every change of each is there.
+func TestFirstStartsAtOnceMakeOneStore(t *testing.T) {
+	for round := range 10 {
+		dir := t.TempDir()
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				s, err := pebblestore.Open(dir, pebblestore.Options{LockTimeout: 30 * time.Second})
+				if !assert.NoError(t, err, "round %d", round) {
+					return
+				}
+				assert.NoError(t, s.Create(context.Background(), storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+				assert.NoError(t, s.Close())
+			})
+		}
+		wg.Wait()
+		s := open(t, dir)
+		rs, _, err := s.List(context.Background(), store.Query{})
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		require.Len(t, rs, 4, "round %d", round)
+	}
+}
