@@ -27,34 +27,11 @@ func TestCloseAnswersEveryRequestItReceived(t *testing.T) {
 		resp, _ := wire.EncodeResult(wire.PeekID(req), struct{}{})
 		return resp
 	})))
-	gone := make(chan struct{})
-	nc, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()), nats.NoReconnect(),
-		nats.ClosedHandler(func(*nats.Conn) { close(gone) }))
-	require.NoError(t, err)
-	defer nc.Close()
-	replies := make(chan *nats.Msg, n)
-	_, err = nc.ChanSubscribe("_INBOX.close.>", replies)
-	require.NoError(t, err)
-	for i := range n {
-		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"a2a.admin.status"}`, i)
-		require.NoError(t, nc.PublishRequest(natsbus.HostRPC, fmt.Sprint("_INBOX.close.", i), body))
+	dial := func(opts ...nats.Option) (*nats.Conn, error) {
+		return nats.Connect(b.URL(), append(opts, nats.Token(b.Server().Token()))...)
 	}
-	// Once the server has answered the flush, it has routed every request
-	// to the broker's connection.
-	require.NoError(t, nc.Flush())
-	require.NoError(t, b.Close())
-	// The server shut down with the bus: once the client's connection is
-	// closed, everything it received is in replies.
-	select {
-	case <-gone:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the client's connection outlived the server")
-	}
-	answered := map[string]bool{}
-	for len(replies) > 0 {
-		answered[(<-replies).Subject] = true
-	}
-	assert.Equal(t, n, len(answered), "every request the broker received is answered")
+	answered := sendThenClose(t, b, n, dial, natsbus.HostRPC, "_INBOX.close", "a2a.admin.status")
+	assert.Equal(t, n, answered, "every request the broker received is answered")
 }
 
 // TestCloseAnswersASessionsBacklog: a session whose requests wait behind
@@ -81,20 +58,36 @@ func TestCloseAnswersASessionsBacklog(t *testing.T) {
 		return nil
 	})))
 	creds := openSession(t, b, "s1")
+	dial := func(opts ...nats.Option) (*nats.Conn, error) {
+		return nats.Connect(creds.URL, append(opts, nats.UserInfo(creds.User, creds.Password), nats.CustomInboxPrefix(natsbus.SessionInbox("s1")))...)
+	}
+	answered := sendThenClose(t, b, n, dial, natsbus.RPCSubject("s1"), natsbus.SessionInbox("s1"), "a2a.agents.list")
+	assert.Equal(t, n, answered, "every request the session sent before Close is answered")
+}
+
+// sendThenClose sends n requests from a connection dialled by dial (it
+// passes the options it needs), each with its own reply subject under
+// inbox, closes the bus, and returns how many were answered by the time
+// the server, shut down with the bus, closed the connection.
+func sendThenClose(t *testing.T, b *natsbus.Bus, n int, dial func(...nats.Option) (*nats.Conn, error), subject, inbox, method string) int {
+	t.Helper()
 	gone := make(chan struct{})
-	nc, err := nats.Connect(creds.URL, nats.UserInfo(creds.User, creds.Password), nats.CustomInboxPrefix(natsbus.SessionInbox("s1")),
-		nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(gone) }))
+	nc, err := dial(nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(gone) }))
 	require.NoError(t, err)
 	defer nc.Close()
 	replies := make(chan *nats.Msg, n)
-	_, err = nc.ChanSubscribe(natsbus.SessionInbox("s1")+".>", replies)
+	_, err = nc.ChanSubscribe(inbox+".>", replies)
 	require.NoError(t, err)
 	for i := range n {
-		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"a2a.agents.list","params":{}}`, i)
-		require.NoError(t, nc.PublishRequest(natsbus.RPCSubject("s1"), fmt.Sprint(natsbus.SessionInbox("s1"), ".", i), body))
+		body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":%q,"params":{}}`, i, method)
+		require.NoError(t, nc.PublishRequest(subject, fmt.Sprint(inbox, ".", i), body))
 	}
+	// Once the server has answered the flush, it has routed every request
+	// to the broker's connection.
 	require.NoError(t, nc.Flush())
 	require.NoError(t, b.Close())
+	// The server shut down with the bus: once the client's connection is
+	// closed, everything it received is in replies.
 	select {
 	case <-gone:
 	case <-time.After(10 * time.Second):
@@ -104,5 +97,5 @@ func TestCloseAnswersASessionsBacklog(t *testing.T) {
 	for len(replies) > 0 {
 		answered[(<-replies).Subject] = true
 	}
-	assert.Equal(t, n, len(answered), "every request the session sent before Close is answered")
+	return len(answered)
 }

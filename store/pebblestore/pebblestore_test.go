@@ -21,7 +21,6 @@ import (
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/store/pebblestore"
 	"github.com/a2a-bus/a2a-bus/store/storetest"
-	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,31 +49,17 @@ func TestSuite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
 }
 
-func TestChangesSurviveReopening(t *testing.T) {
-	dir := t.TempDir()
-	s := open(t, dir)
-	ctx := context.Background()
-	require.NoError(t, s.Create(ctx, storetest.NewRecord("t1", "c1", "a", "b", 0), 2))
-	require.NoError(t, s.Create(ctx, storetest.NewRecord("t2", "c1", "a", "b", 1), 2))
-	_, err := s.Update(ctx, "t1", func(r *store.Record) error {
-		r.Task.Status.State = wire.StateCompleted
-		return nil
+func TestDurableSuite(t *testing.T) {
+	storetest.RunDurable(t, storetest.Durable{
+		Open:   func(t *testing.T, dir string) store.Store { return open(t, dir) },
+		Queued: func(s store.Store) int { return pebblestore.Queued(s.(*pebblestore.Store)) },
+		CutShort: func(t *testing.T, dir string) string {
+			leftover := filepath.Join(dir, pebblestore.DirName+".new")
+			require.NoError(t, os.MkdirAll(leftover, 0o700))
+			require.NoError(t, os.WriteFile(filepath.Join(leftover, "000001.log"), []byte("half"), 0o600))
+			return leftover
+		},
 	})
-	require.NoError(t, err)
-	require.NoError(t, s.Close())
-
-	s = open(t, dir)
-	defer s.Close()
-	got, err := s.Get(ctx, "t1")
-	require.NoError(t, err)
-	assert.Equal(t, wire.StateCompleted, got.Task.Status.State)
-	open, _, err := s.List(ctx, store.Query{OpenOnly: true})
-	require.NoError(t, err)
-	require.Len(t, open, 1)
-	assert.Equal(t, "t2", open[0].Task.ID)
-	// The open-task count came back too: one slot of two is free.
-	require.NoError(t, s.Create(ctx, storetest.NewRecord("t3", "c1", "a", "b", 2), 2))
-	assert.ErrorIs(t, s.Create(ctx, storetest.NewRecord("t4", "c1", "a", "b", 3), 2), store.ErrLimit)
 }
 
 func TestTheDataDirIsPrivate(t *testing.T) {
@@ -196,111 +181,6 @@ func TestAnEmptiedStoreIsALoss(t *testing.T) {
 	defer s.Close()
 	assert.NotEmpty(t, heard)
 	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t2", "c", "a", "b", 0), 0))
-}
-
-// TestCloseNeverDropsAnAcknowledgedChange closes the store under 300
-// concurrent creates: each either fails with ErrClosed or is on disk
-// after a reopen.
-func TestCloseNeverDropsAnAcknowledgedChange(t *testing.T) {
-	for round := range 10 {
-		dir := t.TempDir()
-		s := open(t, dir)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		acked := map[string]bool{}
-		started := make(chan struct{}, 300)
-		for i := range 300 {
-			wg.Go(func() {
-				id := fmt.Sprint("t", i)
-				started <- struct{}{}
-				err := s.Create(context.Background(), storetest.NewRecord(id, "c", "a", "b", i), 0)
-				if err == nil {
-					mu.Lock()
-					acked[id] = true
-					mu.Unlock()
-					return
-				}
-				assert.ErrorIs(t, err, store.ErrClosed)
-			})
-		}
-		for range 100 + round*20 {
-			<-started
-		}
-		require.NoError(t, s.Close())
-		wg.Wait()
-		require.NoError(t, s.Close())
-		s = open(t, dir)
-		rs, _, err := s.List(context.Background(), store.Query{})
-		require.NoError(t, err)
-		require.NoError(t, s.Close())
-		onDisk := map[string]bool{}
-		for _, r := range rs {
-			onDisk[r.Task.ID] = true
-		}
-		for id := range acked {
-			require.True(t, onDisk[id], "round %d: acknowledged %s is not on disk", round, id)
-		}
-		assert.Equal(t, len(acked), len(onDisk), "round %d: a change on disk was reported as failed", round)
-	}
-}
-
-// TestPruneSeesItsSharedCommit queues two prunes and an update that ends
-// a task behind a busy commit, so that they share the next: retention
-// still keeps exactly its bound.
-func TestPruneSeesItsSharedCommit(t *testing.T) {
-	s := open(t, t.TempDir())
-	defer s.Close()
-	ctx := context.Background()
-	for i := range 11 {
-		r := storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i)
-		if i < 10 {
-			r.Task.Status.State = wire.StateCompleted
-		}
-		require.NoError(t, s.Create(ctx, r, 0))
-	}
-	require.NoError(t, s.Create(ctx, storetest.NewRecord("busy", "c", "a", "b", 99), 0))
-	release, started := make(chan struct{}), make(chan struct{})
-	go s.Update(ctx, "busy", func(*store.Record) error { close(started); <-release; return nil })
-	<-started
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, err := s.Update(ctx, "t10", func(r *store.Record) error { r.Task.Status.State = wire.StateCompleted; return nil })
-		assert.NoError(t, err)
-	})
-	for range 2 {
-		wg.Go(func() {
-			_, err := s.Prune(ctx, store.Retention{MaxTerminal: 5}, time.Now())
-			assert.NoError(t, err)
-		})
-	}
-	// They queue behind the busy commit: three changes wait for it.
-	require.Eventually(t, func() bool { return pebblestore.Queued(s) == 3 }, 10*time.Second, time.Millisecond)
-	close(release)
-	wg.Wait()
-	_, err := s.Prune(ctx, store.Retention{MaxTerminal: 5}, time.Now())
-	require.NoError(t, err)
-	rs, _, err := s.List(ctx, store.Query{State: wire.StateCompleted})
-	require.NoError(t, err)
-	assert.Len(t, rs, 5, "retention keeps exactly five terminal tasks")
-}
-
-// TestAFirstStartCutShortLeavesNoStore: the store is made under another
-// name and renamed into place, so a crash during a first start leaves no
-// store folder to refuse, only a leftover that the next start removes.
-func TestAFirstStartCutShortLeavesNoStore(t *testing.T) {
-	dir := t.TempDir()
-	leftover := filepath.Join(dir, pebblestore.DirName+".new")
-	require.NoError(t, os.MkdirAll(leftover, 0o700)) // a first start killed mid-way
-	require.NoError(t, os.WriteFile(filepath.Join(leftover, "000001.log"), []byte("half"), 0o600))
-	s := open(t, dir)
-	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
-	require.NoError(t, s.Close())
-	_, err := os.Stat(leftover)
-	assert.ErrorIs(t, err, os.ErrNotExist)
-	s = open(t, dir)
-	defer s.Close()
-	_, err = s.Get(context.Background(), "t1")
-	assert.NoError(t, err)
 }
 
 func BenchmarkCreate(b *testing.B) {
