@@ -35,17 +35,31 @@ func TestTheBrokerAnswersTheServiceAPI(t *testing.T) {
 	defer sess.Close()
 	_, err = rawRequest(t, sess, natsbus.RPCSubject("s1"), wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "a"}})
 	require.NoError(t, err)
+	host, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()))
+	require.NoError(t, err)
+	defer host.Close()
+	// The counts land just after the answers are sent: stats reads them
+	// until they are there.
+	var stats micro.Stats
+	statsOnceCounted := func(requests int) micro.EndpointStats {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			serviceRequest(t, host, "$SRV.STATS."+natsbus.ServiceName, &stats)
+			return len(stats.Endpoints) == 2 && stats.Endpoints[0].NumRequests == requests
+		}, 5*time.Second, 10*time.Millisecond, "%d requests on the session's endpoint", requests)
+		return *stats.Endpoints[0]
+	}
+	// A request whose reply would leave the session's inbox is refused
+	// without an answer, and counted as an error, with why.
+	require.NoError(t, host.PublishRequest(natsbus.RPCSubject("s1"), "_INBOX.elsewhere.x", []byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.agents.list"}`)))
+	refused := statsOnceCounted(2)
+	assert.Equal(t, 1, refused.NumErrors)
+	assert.Contains(t, refused.LastError, "inbox", "the refusal says why")
 	_, err = rawRequest(t, sess, natsbus.RPCSubject("s1"), "a2a.no.such.method", struct{}{})
 	require.ErrorIs(t, err, wire.ErrMethodNotFound)
 	// A notification is served, not answered: it counts, without an error.
 	require.NoError(t, sess.PublishRequest(natsbus.RPCSubject("s1"), natsbus.SessionInbox("s1")+".x",
 		[]byte(`{"jsonrpc":"2.0","method":"a2a.no.such.method"}`)))
-	// A request whose reply would leave the session's inbox is refused
-	// without an answer, and counted as an error.
-	host, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()))
-	require.NoError(t, err)
-	defer host.Close()
-	require.NoError(t, host.PublishRequest(natsbus.RPCSubject("s1"), "_INBOX.elsewhere.x", []byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.agents.list"}`)))
 
 	var ping micro.Ping
 	serviceRequest(t, host, "$SRV.PING", &ping)
@@ -60,18 +74,12 @@ func TestTheBrokerAnswersTheServiceAPI(t *testing.T) {
 	assert.Equal(t, natsbus.RPCPrefix+"*", info.Endpoints[0].Subject)
 	assert.Equal(t, natsbus.HostRPC, info.Endpoints[1].Subject)
 
-	// The counts land after the answers are sent: poll until the last
-	// request is counted.
-	var stats micro.Stats
-	require.Eventually(t, func() bool {
-		serviceRequest(t, host, "$SRV.STATS."+natsbus.ServiceName, &stats)
-		return len(stats.Endpoints) == 2 && stats.Endpoints[0].NumRequests == 4
-	}, 5*time.Second, 10*time.Millisecond, "four requests on the session's endpoint")
+	session := statsOnceCounted(4)
 	assert.Equal(t, micro.StatsResponseType, stats.Type)
-	session, hostEP := stats.Endpoints[0], stats.Endpoints[1]
+	hostEP := stats.Endpoints[1]
 	assert.Equal(t, "session", session.Name)
-	assert.Equal(t, 2, session.NumErrors, "the unknown method and the foreign reply subject")
-	assert.Contains(t, session.LastError, "inbox", "the last error was the refusal")
+	assert.Equal(t, 2, session.NumErrors, "the foreign reply subject and the unknown method")
+	assert.Contains(t, session.LastError, "-32601", "the last error was the unknown method")
 	assert.Positive(t, session.ProcessingTime)
 	assert.Equal(t, session.ProcessingTime/4, session.AverageProcessingTime)
 	assert.Equal(t, "host", hostEP.Name)
