@@ -483,16 +483,30 @@ func (s *Server) CloseSession(session string) {
 }
 
 // drain waits, for up to timeout, until the server has written to its
-// clients everything it holds for them: the last answers of a broker that
-// shuts down reach their callers.
+// clients everything it holds for them, and its clients have sent it
+// nothing for a moment: the last answers of a broker that shuts down
+// reach their callers, and a request still on its way is answered "no
+// responders" rather than cut off with its connection. (A connection
+// closed with a request unread is reset, and a reset can drop the
+// answers its client had not read yet.)
 func (s *Server) drain(timeout time.Duration) {
+	const quiet = 20 * time.Millisecond
 	deadline := time.Now().Add(timeout)
+	lastIn := int64(-1)
 	for time.Now().Before(deadline) {
 		cz, err := s.ns.Connz(&server.ConnzOptions{Sort: server.ByPending, Limit: 1})
-		if err != nil || len(cz.Conns) == 0 || cz.Conns[0].Pending == 0 {
+		if err != nil || len(cz.Conns) == 0 {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		vz, err := s.ns.Varz(nil)
+		if err != nil {
+			return
+		}
+		if cz.Conns[0].Pending == 0 && vz.InMsgs == lastIn {
+			return
+		}
+		lastIn = vz.InMsgs
+		time.Sleep(quiet)
 	}
 }
 

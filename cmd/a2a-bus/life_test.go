@@ -131,8 +131,9 @@ func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
 	b := startServe(t, "--data-dir", t.TempDir())
 	var signalled time.Time
 	type outcome struct {
-		at  time.Time
-		err error
+		at     time.Time
+		err    error
+		method string
 	}
 	var mu sync.Mutex
 	var outcomes []outcome
@@ -151,7 +152,7 @@ func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
 				res, err = wire.DecodeResult(msg.Data)
 			}
 			mu.Lock()
-			outcomes = append(outcomes, outcome{start, err})
+			outcomes = append(outcomes, outcome{start, err, method})
 			mu.Unlock()
 			return res, err
 		}
@@ -197,7 +198,7 @@ func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
 		case errors.Is(o.err, nats.ErrNoResponders):
 			notTaken++
 		default:
-			t.Errorf("a request sent before SIGTERM got %v", o.err)
+			t.Errorf("a request sent before SIGTERM got %v (sent %v before the signal, method %s)", o.err, signalled.Sub(o.at), o.method)
 		}
 	}
 	t.Logf("before SIGTERM: %d answered, %d answered 'shutting down', %d not taken", answered, shuttingDown, notTaken)
