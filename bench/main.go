@@ -177,6 +177,9 @@ func (r *runner) events() {
 	}
 }
 
+// pushSenders is how many agents push at once in the push benchmark.
+const pushSenders = 8
+
 // roundTrips: the round trip through the broker (memory store), beside
 // raw request/reply on nats.go; on NATS also beside the bare exchange of
 // the same four messages, and with the durable store.
@@ -214,6 +217,18 @@ func (r *runner) roundTrips() {
 		if !strings.HasPrefix(k.name, "nats") {
 			continue
 		}
+		rawPush := r.run("nats", fmt.Sprintf("limit: %d senders' pushes bare, nats.go %s", pushSenders, map[bool]string{false: "in-process", true: "over TCP"}[tcp]), rawPushes(tcp, pushSenders))
+		r.add(rawPush)
+		push := r.run(k.name, fmt.Sprintf("oneway pushes, %d senders", pushSenders), onBus(k, func(b *testing.B, h bustest.Harness) { brokertest.BenchmarkPushes(b, h, pushSenders) }))
+		if push.NsPerOp > 0 && rawPush.NsPerOp > 0 {
+			push.Ratio = rawPush.NsPerOp / push.NsPerOp
+			push.Against = rawPush.Case
+			if tcp {
+				push.Target = "≥ 0.9 × that"
+				push.Met = met(push.Ratio >= 0.9)
+			}
+		}
+		r.add(push)
 		dur := r.run(k.name, "round trip, durable store", onBus(k, func(b *testing.B, h bustest.Harness) {
 			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
 			if err != nil {
@@ -345,7 +360,7 @@ func (r *runner) markdown() string {
 	s += "| --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- |\n"
 	for _, res := range r.results {
 		figs := ""
-		for _, k := range []string{"events/s", "tasks/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "MB/s", "bytes"} {
+		for _, k := range []string{"events/s", "tasks/s", "pushes/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "MB/s", "bytes"} {
 			if v, ok := res.Metrics[k]; ok {
 				figs += fmt.Sprintf("%s %s; ", k, human(v))
 			}

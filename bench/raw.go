@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,5 +213,59 @@ func rawExchange(tcp bool) func(b *testing.B) {
 		}
 		b.StopTimer()
 		bustest.ReportLatency(b, lat)
+	}
+}
+
+// rawPushes is the bare exchange of a push: senders connections each
+// send a request of a push's size to a responder that answers it and
+// publishes an event of a push's size to the receiver's subscription.
+func rawPushes(tcp bool, senders int) func(b *testing.B) {
+	return func(b *testing.B) {
+		pub, sub, undo := natsPair(b, tcp)
+		defer undo()
+		event := bustest.SampleEvent("bench", 1)[:400] // a push's size
+		answer := []byte(`{"jsonrpc":"2.0","id":1,"result":{"delivered":"receiver"}}`)
+		s, err := sub.Subscribe("raw.push", func(m *nats.Msg) {
+			m.Respond(answer)
+			sub.Publish("raw.events.receiver", event)
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Unsubscribe()
+		received := make(chan struct{}, 1024)
+		r, err := pub.Subscribe("raw.events.receiver", func(*nats.Msg) { received <- struct{}{} })
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer r.Unsubscribe()
+		sub.Flush()
+		pub.Flush()
+		push := []byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.message.send","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","to":"receiver","oneway":true,"message":{"role":"user","parts":[{"kind":"text","text":"seat 2 is taken"}]}}}`)
+		var next atomic.Int64
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range b.N {
+				<-received
+			}
+		}()
+		b.ReportAllocs()
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		for range senders {
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					if _, err := pub.Request("raw.push", push, 5*time.Second); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		<-done
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pushes/s")
 	}
 }

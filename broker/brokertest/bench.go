@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,6 +114,57 @@ func BenchmarkRoundTripOn(b *testing.B, h bustest.Harness, st store.Store) {
 	}
 	b.StopTimer()
 	bustest.ReportLatency(b, lat)
+}
+
+// BenchmarkPushes measures oneway sends (a2a.push) from senders agents,
+// each in a session of its own, to one subscribed agent: pushes per
+// second delivered. A push stores nothing: one request decoded, one
+// event encoded and published.
+func BenchmarkPushes(b *testing.B, h bustest.Harness, senders int) {
+	defer benchBroker(b, h, broker.Config{})()
+	ctx := context.Background()
+	to := benchRegister(b, h, "push-to", "receiver", true)
+	from := make([]*benchAgent, senders)
+	for i := range from {
+		from[i] = benchRegister(b, h, fmt.Sprint("push-", i), fmt.Sprint("sender-", i), false)
+	}
+	msg := &wire.Message{Parts: []wire.Part{wire.TextPart("seat 2 is taken")}}
+	received := make(chan struct{})
+	go func() {
+		defer close(received)
+		for range b.N {
+			select {
+			case _, ok := <-to.sub.C():
+				if !ok {
+					return
+				}
+			case <-time.After(10 * time.Second):
+				return
+			}
+		}
+	}()
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for _, a := range from {
+		wg.Go(func() {
+			p := wire.SendParams{Token: a.token, To: to.id, Oneway: true, Message: msg}
+			for next.Add(1) <= int64(b.N) {
+				if _, err := a.sess.Call(ctx, wire.MethodSend, p); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	<-received
+	b.StopTimer()
+	if d := to.sub.Dropped(); d > 0 {
+		b.Fatalf("%d pushes dropped", d)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pushes/s")
 }
 
 // BenchmarkListAgents measures a2a.agents.list with n agents registered
