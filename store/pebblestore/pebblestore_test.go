@@ -199,9 +199,11 @@ func BenchmarkCreate(b *testing.B) {
 // go, and says when one starts.
 type gatedFS struct {
 	vfs.FS
+	armed   atomic.Bool // the next log sync is held
 	syncing chan struct{}
 	release chan struct{}
-	fail    atomic.Bool // every log sync fails
+	stop    chan struct{} // closed when the test ends: nothing is held
+	fail    atomic.Bool   // every log sync fails
 }
 
 func (fs *gatedFS) wrap(f vfs.File, name string, err error) (vfs.File, error) {
@@ -227,10 +229,16 @@ type gatedFile struct {
 }
 
 func (f *gatedFile) gate() {
-	select {
-	case f.fs.syncing <- struct{}{}:
-		<-f.fs.release
-	default: // not watched now
+	if f.fs.armed.CompareAndSwap(true, false) {
+		select {
+		case f.fs.syncing <- struct{}{}:
+		case <-f.fs.stop:
+			return
+		}
+		select {
+		case <-f.fs.release:
+		case <-f.fs.stop:
+		}
 	}
 }
 
@@ -249,11 +257,13 @@ func (f *gatedFile) SyncData() error {
 // synced log from the page cache. Here the log's sync is held: the
 // change is not acknowledged until the sync that follows it is done.
 func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
-	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{})}
+	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{}), stop: make(chan struct{})}
 	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
 	require.NoError(t, err)
 	defer s.Close()
+	defer close(fs.stop) // before the close, even when the test fails
 	done := make(chan error, 1)
+	fs.armed.Store(true)
 	go func() { done <- s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0) }()
 	select {
 	case <-fs.syncing:
@@ -276,7 +286,7 @@ func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
 // disk is unknown: the change is not acknowledged, and neither is any
 // later one.
 func TestAFailedSyncFailsTheStore(t *testing.T) {
-	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{})}
+	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{}), stop: make(chan struct{})}
 	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
 	require.NoError(t, err)
 	ctx := context.Background()
