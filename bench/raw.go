@@ -15,8 +15,6 @@ import (
 	"github.com/a2a-bus/a2a-bus/transport/bustest"
 )
 
-const window = 1024
-
 // rawPipe carries the same JSON lines over an os.Pipe, read as lines
 // (and decoded, with decode).
 func rawPipe(decode bool) func(b *testing.B) {
