@@ -13,7 +13,6 @@ func (r *runner) chart() string {
 	type bar struct {
 		label, target string
 		ratio, goal   float64
-		lower         bool // the goal is an upper bound
 		met           bool
 	}
 	var bars []bar
@@ -21,19 +20,7 @@ func (r *runner) chart() string {
 		if res.Met == nil {
 			continue
 		}
-		var goal float64
-		var lower bool
-		switch {
-		case strings.HasPrefix(res.Target, "≥ 0.8"):
-			goal = 0.8
-		case strings.HasPrefix(res.Target, "≥ 0.25"):
-			goal = 0.25
-		case strings.Contains(res.Target, "4 ×"):
-			goal, lower = 4, true
-		case strings.Contains(res.Target, "1.25"):
-			goal, lower = 1.25, true
-		}
-		bars = append(bars, bar{label: res.Bus + ": " + res.Case, target: res.Target, ratio: res.Ratio, goal: goal, lower: lower, met: *res.Met})
+		bars = append(bars, bar{label: res.Bus + ": " + res.Case, target: res.Target, ratio: res.Ratio, goal: res.Goal, met: *res.Met})
 	}
 	const rowH, left, width = 34, 330, 420
 	scale := 0.0

@@ -41,7 +41,9 @@ type Result struct {
 	Ratio   float64 `json:"ratio,omitempty"`
 	Against string  `json:"against,omitempty"`
 	Target  string  `json:"target,omitempty"`
-	Met     *bool   `json:"met,omitempty"`
+	// Goal is the target's bound, where the chart draws its line.
+	Goal float64 `json:"goal,omitempty"`
+	Met  *bool   `json:"met,omitempty"`
 }
 
 func main() {
@@ -117,6 +119,52 @@ func (r *runner) add(res Result) { r.results = append(r.results, res) }
 
 func met(ok bool) *bool { return &ok }
 
+// How a case compares with the case it stands beside.
+type comparison int
+
+const (
+	throughput comparison = iota // base's time per op over the case's: more is better
+	cost                         // the case's time per op over base's: less is better
+	latency                      // the case's p50 over base's: less is better
+)
+
+// compare sets res's ratio to base. A bound > 0 makes it a target: at
+// least bound for throughput, at most bound otherwise.
+func (res *Result) compare(base Result, how comparison, bound float64) {
+	var a, b float64
+	switch how {
+	case throughput:
+		a, b = base.NsPerOp, res.NsPerOp
+	case cost:
+		a, b = res.NsPerOp, base.NsPerOp
+	case latency:
+		a, b = res.Metrics["p50-µs"], base.Metrics["p50-µs"]
+	}
+	if a <= 0 || b <= 0 {
+		return // a case that failed has no ratio
+	}
+	res.Ratio = a / b
+	res.Against = base.Case
+	if how == latency {
+		res.Against += " p50"
+	}
+	if bound <= 0 {
+		return
+	}
+	res.Goal = bound
+	switch {
+	case how == throughput:
+		res.Target = fmt.Sprintf("≥ %g × that", bound)
+		res.Met = met(res.Ratio >= bound)
+	case how == latency:
+		res.Target = fmt.Sprintf("p50 ≤ %g × that", bound)
+		res.Met = met(res.Ratio <= bound)
+	default:
+		res.Target = fmt.Sprintf("≤ %g × that", bound)
+		res.Met = met(res.Ratio <= bound)
+	}
+}
+
 // all runs every benchmark (or those r.only names), in the order the
 // report shows them.
 func (r *runner) all() error {
@@ -163,14 +211,7 @@ func (r *runner) events() {
 		for _, k := range buses {
 			raw := r.run(k.name, "events raw: "+rawNames[k.name]+suffix, raws[k.name])
 			bus := r.run(k.name, "events"+suffix, onBus(k, events))
-			if raw.NsPerOp > 0 && bus.NsPerOp > 0 {
-				bus.Ratio = raw.NsPerOp / bus.NsPerOp
-				bus.Against = raw.Case
-				if decode {
-					bus.Target = "≥ 0.8 × raw"
-					bus.Met = met(bus.Ratio >= 0.8)
-				}
-			}
+			bus.compare(raw, throughput, map[bool]float64{true: 0.8}[decode])
 			r.add(raw)
 			r.add(bus)
 		}
@@ -192,26 +233,16 @@ func (r *runner) roundTrips() {
 		bare[tcp] = r.run("nats", "limit: the round trip's four messages bare, nats.go "+where, rawExchange(tcp))
 		r.add(bare[tcp])
 	}
-	ratio := func(res *Result, against Result, target float64) {
-		if p, q := res.Metrics["p50-µs"], against.Metrics["p50-µs"]; p > 0 && q > 0 {
-			res.Ratio = p / q
-			res.Against = against.Case + " p50"
-			if target > 0 {
-				res.Target = fmt.Sprintf("p50 ≤ %g × that", target)
-				res.Met = met(res.Ratio <= target)
-			}
-		}
-	}
 	for _, k := range buses {
 		tcp := k.name == "nats-tcp"
 		res := r.run(k.name, "round trip, memory store", onBus(k, brokertest.BenchmarkRoundTrip))
 		switch k.name {
 		case "nats-tcp":
-			ratio(&res, bare[tcp], 1.3)
+			res.compare(bare[tcp], latency, 1.3)
 		case "nats-inproc":
-			ratio(&res, rawRR[tcp], 5)
+			res.compare(rawRR[tcp], latency, 5)
 		default:
-			ratio(&res, rawRR[false], 0)
+			res.compare(rawRR[false], latency, 0)
 		}
 		r.add(res)
 		if !strings.HasPrefix(k.name, "nats") {
@@ -220,14 +251,7 @@ func (r *runner) roundTrips() {
 		rawPush := r.run("nats", fmt.Sprintf("limit: %d senders' pushes bare, nats.go %s", pushSenders, map[bool]string{false: "in-process", true: "over TCP"}[tcp]), rawPushes(tcp, pushSenders))
 		r.add(rawPush)
 		push := r.run(k.name, fmt.Sprintf("oneway pushes, %d senders", pushSenders), onBus(k, func(b *testing.B, h bustest.Harness) { brokertest.BenchmarkPushes(b, h, pushSenders) }))
-		if push.NsPerOp > 0 && rawPush.NsPerOp > 0 {
-			push.Ratio = rawPush.NsPerOp / push.NsPerOp
-			push.Against = rawPush.Case
-			if tcp {
-				push.Target = "≥ 0.9 × that"
-				push.Met = met(push.Ratio >= 0.9)
-			}
-		}
+		push.compare(rawPush, throughput, map[bool]float64{true: 0.9}[tcp])
 		r.add(push)
 		dur := r.run(k.name, "round trip, durable store", onBus(k, func(b *testing.B, h bustest.Harness) {
 			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
@@ -237,7 +261,7 @@ func (r *runner) roundTrips() {
 			defer st.Close()
 			brokertest.BenchmarkRoundTripOn(b, h, st)
 		}))
-		ratio(&dur, bare[tcp], map[bool]float64{true: 3}[tcp])
+		dur.compare(bare[tcp], latency, map[bool]float64{true: 3}[tcp])
 		r.add(dur)
 	}
 }
@@ -246,18 +270,17 @@ func (r *runner) roundTrips() {
 func (r *runner) sessionScaling() {
 	sessions := []int{1, 10, 100, 1000}
 	for _, k := range buses {
-		var one float64
+		var one Result
 		for _, n := range sessions {
 			res := r.run(k.name, fmt.Sprintf("event with %d sessions", n), onBus(k, func(b *testing.B, h bustest.Harness) { bustest.BenchmarkSessions(b, h, n) }))
 			if n == 1 {
-				one = res.NsPerOp
-			} else if one > 0 && res.NsPerOp > 0 {
-				res.Ratio = res.NsPerOp / one
-				res.Against = "event with 1 sessions"
+				one = res
+			} else {
+				bound := 0.0
 				if n == 1000 && (k.name == "nats-inproc" || k.name == "nats-tcp") {
-					res.Target = "≤ 1.25 × 1 session"
-					res.Met = met(res.Ratio <= 1.25)
+					bound = 1.25
 				}
+				res.compare(one, cost, bound)
 			}
 			r.add(res)
 		}
@@ -305,21 +328,12 @@ func (r *runner) stores() {
 					return s
 				}, senders)
 			})
-			switch {
-			case senders == 1 && limit.Metrics["p50-µs"] > 0:
-				res.Ratio = res.Metrics["p50-µs"] / limit.Metrics["p50-µs"]
-				res.Against = limit.Case + " p50"
-				if i == 0 {
-					res.Target = "p50 ≤ 1.5 × limit"
-					res.Met = met(res.Ratio <= 1.5)
-				}
-			case senders > 1 && mem.NsPerOp > 0 && res.NsPerOp > 0:
-				res.Ratio = mem.NsPerOp / res.NsPerOp
-				res.Against = mem.Case
-				if i == 0 {
-					res.Target = "≥ 0.3 × memory"
-					res.Met = met(res.Ratio >= 0.3)
-				}
+			// The targets are the store's (the first); the earlier one
+			// only stands beside it.
+			if senders == 1 {
+				res.compare(limit, latency, map[bool]float64{true: 1.5}[i == 0])
+			} else {
+				res.compare(mem, throughput, map[bool]float64{true: 0.3}[i == 0])
 			}
 			r.add(res)
 		}
