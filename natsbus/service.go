@@ -36,13 +36,8 @@ type service struct {
 	info    micro.Info
 
 	mu        sync.Mutex
-	endpoints []*endpointStats
+	endpoints []micro.EndpointStats
 	subs      []*nats.Subscription
-}
-
-// endpointStats counts one endpoint's requests.
-type endpointStats struct {
-	micro.EndpointStats
 }
 
 // maxLastError bounds the last error a stats answer shows: a session
@@ -69,7 +64,7 @@ func newService(sessionSubject, hostSubject string) *service {
 		Endpoints:       eps,
 	}
 	for _, ep := range eps {
-		s.endpoints = append(s.endpoints, &endpointStats{micro.EndpointStats{Name: ep.Name, Subject: ep.Subject}})
+		s.endpoints = append(s.endpoints, micro.EndpointStats{Name: ep.Name, Subject: ep.Subject})
 	}
 	return s
 }
@@ -135,7 +130,7 @@ func (s *service) done(endpoint int, took time.Duration, resp []byte, problem st
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := &s.endpoints[endpoint].EndpointStats
+	st := &s.endpoints[endpoint]
 	st.NumRequests++
 	st.ProcessingTime += took
 	st.AverageProcessingTime = st.ProcessingTime / time.Duration(st.NumRequests)
@@ -150,8 +145,7 @@ func (s *service) stats() micro.Stats {
 	defer s.mu.Unlock()
 	st := micro.Stats{ServiceIdentity: s.identity(), Type: micro.StatsResponseType, Started: s.started}
 	for _, ep := range s.endpoints {
-		c := ep.EndpointStats
-		st.Endpoints = append(st.Endpoints, &c)
+		st.Endpoints = append(st.Endpoints, &ep) // a copy: ep is per iteration
 	}
 	return st
 }

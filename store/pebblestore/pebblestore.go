@@ -231,49 +231,43 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	return s, nil
 }
 
-// open opens the database at path, waiting up to the lock timeout for
-// another process to let go of it. mustExist refuses a folder without a
-// database (pebble.ErrDBDoesNotExist).
+// open opens the database at path. mustExist refuses a folder without a
+// database (pebble.ErrDBDoesNotExist). The caller holds the data dir's
+// lock, so Pebble's own LOCK is free unless something else holds it.
 func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
-	deadline := time.Now().Add(opts.LockTimeout)
-	for {
-		o := &pebble.Options{
-			ErrorIfNotExists: mustExist,
-			// The plain file system: Pebble's default wraps it in a disk
-			// health check whose goroutine a failed Open leaves running.
-			FS:                 privateFS{opts.fs},
-			FormatMajorVersion: pebble.FormatNewest,
-			Logger:             logger{opts.Logger},
-			// Damage found by a read is an error for that read (and for
-			// Open, which reads everything once): a warning here, not
-			// Pebble's default, a fatal log.
-			EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
-				opts.Logger.Warn("pebble: damaged data", "path", info.Path, "error", info.Details)
-			}},
-		}
-		// A create looks up an id it expects not to find: a Bloom filter
-		// on every level answers that without reading a block.
-		for i := range o.Levels {
-			o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
-		}
-		db, err := pebble.Open(path, o)
-		switch {
-		case err == nil:
-			return db, nil
-		case errors.Is(err, pebble.ErrDBDoesNotExist):
-			return nil, err
-		case isLocked(err):
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("%w: %s", ErrLocked, filepath.Dir(path))
-			}
-			time.Sleep(20 * time.Millisecond)
-		case isSystemError(err):
-			return nil, fmt.Errorf("pebblestore: open %s: %w", path, err)
-		default:
-			// A checksum, a malformed manifest, a log record damaged in
-			// the middle: the store is not sound.
-			return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
-		}
+	o := &pebble.Options{
+		ErrorIfNotExists: mustExist,
+		// The plain file system: Pebble's default wraps it in a disk
+		// health check whose goroutine a failed Open leaves running.
+		FS:                 privateFS{opts.fs},
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             logger{opts.Logger},
+		// Damage found by a read is an error for that read (and for
+		// Open, which reads everything once): a warning here, not
+		// Pebble's default, a fatal log.
+		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+			opts.Logger.Warn("pebble: damaged data", "path", info.Path, "error", info.Details)
+		}},
+	}
+	// A create looks up an id it expects not to find: a Bloom filter on
+	// every level answers that without reading a block.
+	for i := range o.Levels {
+		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(path, o)
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, pebble.ErrDBDoesNotExist):
+		return nil, err
+	case isLocked(err):
+		return nil, fmt.Errorf("%w: %s (its LOCK is held)", ErrLocked, filepath.Dir(path))
+	case isSystemError(err):
+		return nil, fmt.Errorf("pebblestore: open %s: %w", path, err)
+	default:
+		// A checksum, a malformed manifest, a log record damaged in the
+		// middle: the store is not sound.
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 	}
 }
 
@@ -285,7 +279,8 @@ func isSystemError(err error) bool {
 	return errors.As(err, &pe) || errors.As(err, &errno)
 }
 
-// isLocked tells the LOCK file held by another process (or this one).
+// isLocked tells Pebble's LOCK file held by a process that did not take
+// the data dir's lock first (not a broker of this version).
 func isLocked(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "lock held by current process") ||
