@@ -162,3 +162,48 @@ func FuzzResponseError(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseRequestAgreesWithADecode: the top-level scan reads what a full
+// decode of the object by exact member names reads, and accepts exactly
+// what that decode accepts.
+func FuzzParseRequestAgreesWithADecode(f *testing.F) {
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.agents.list","params":{"token":"t"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"a":"}\"{"},"params":[1]}`, `{"jsonrpc":"2\u002e0","\u0069d":"x","method":"m\n"}`,
+		` {"method" : "m" , "jsonrpc" : "2.0" , "id" : -0.5e-3 , "Params":{} } `, `{"jsonrpc":"2.0","id":1,"method":"m","params":null}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","x":tru}`, `{"jsonrpc":"2.0","id":{},"method":"m"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		req, perr := wire.ParseRequest(raw, len(raw)+1)
+		var m map[string]json.RawMessage
+		trimmed := bytes.TrimLeft(raw, " \t\r\n")
+		if len(trimmed) == 0 || trimmed[0] != '{' || json.Unmarshal(raw, &m) != nil {
+			if req != nil {
+				t.Fatalf("%q: parsed what a decode refuses", raw)
+			}
+			return
+		}
+		var version, method string
+		okVersion := json.Unmarshal(m["jsonrpc"], &version) == nil && m["jsonrpc"] != nil && version == "2.0"
+		okMethod := json.Unmarshal(m["method"], &method) == nil && m["method"] != nil && method != ""
+		id := m["id"]
+		okID := id == nil || strings.ContainsRune(`"n-0123456789`, rune(id[0]))
+		if want := okVersion && okMethod && okID && utf8Valid(raw); want != (perr == nil) {
+			t.Fatalf("%q: accepted %v, a decode says %v (error %v)", raw, perr == nil, want, perr)
+		}
+		if perr != nil {
+			return
+		}
+		params := m["params"]
+		if params == nil {
+			params = json.RawMessage("{}")
+		}
+		if req.Method != method || !bytes.Equal(req.ID, id) || !bytes.Equal(req.Params, params) {
+			t.Fatalf("%q: read id %q method %q params %q; a decode reads %q %q %q", raw, req.ID, req.Method, req.Params, id, method, params)
+		}
+	})
+}
+
+func utf8Valid(b []byte) bool { return strings.ToValidUTF8(string(b), "") == string(b) }

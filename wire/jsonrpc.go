@@ -18,7 +18,8 @@ const DefaultMaxMessageBytes = 1 << 20
 
 // Request is a JSON-RPC request or notification. ID is the raw id as sent
 // (a string, a number or null); nil means absent, which makes the request a
-// notification.
+// notification. A parsed Request's Params is a slice of the raw message,
+// not a copy: it is valid while the raw message is.
 type Request struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id,omitempty"`
@@ -59,20 +60,90 @@ var null = []byte("null")
 
 // decodeEnvelope decodes the members of a message by their exact names:
 // encoding/json would match "ID" or "Method" to the fields too, but those
-// are unknown members, to be ignored. The struct decode is the fast path;
-// a message with a case variant of a protocol name anywhere takes the
-// exact one.
+// are unknown members, to be ignored. The scan of the top level is the fast
+// path; a message with an escaped member name takes a map decode, and one
+// that is not valid JSON takes encoding/json for its error message.
 func decodeEnvelope(raw []byte) (envelope, error) {
-	if !mayHaveCaseVariants(raw) {
-		var env envelope
-		err := json.Unmarshal(raw, &env)
-		return env, err
+	if json.Valid(raw) {
+		if env, ok := scanEnvelope(raw); ok {
+			return env, nil
+		}
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return envelope{}, err
 	}
 	return envelope{JSONRPC: m["jsonrpc"], ID: m["id"], Method: m["method"], Params: m["params"], Result: m["result"], Error: m["error"]}, nil
+}
+
+// scanEnvelope reads the top-level members of raw, which must be a valid
+// JSON object, without decoding or copying their values: each member is a
+// slice of raw. A duplicate member takes the last value, as encoding/json
+// does. ok is false for a member name with an escape, which only a decode
+// can compare.
+func scanEnvelope(raw []byte) (env envelope, ok bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return envelope{}, false
+	}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		return env, true
+	}
+	for i < len(raw) && raw[i] == '"' {
+		end := i + 1
+		for end < len(raw) && raw[end] != '"' {
+			if raw[end] == '\\' {
+				return envelope{}, false
+			}
+			end++
+		}
+		name := raw[i+1 : min(end, len(raw))]
+		i = skipSpace(raw, end+1)
+		if i >= len(raw) || raw[i] != ':' {
+			return envelope{}, false
+		}
+		i = skipSpace(raw, i+1)
+		start := i
+		i = skipValue(raw, i)
+		if i <= start {
+			return envelope{}, false
+		}
+		v := json.RawMessage(raw[start:i:i])
+		switch string(name) {
+		case "jsonrpc":
+			env.JSONRPC = v
+		case "id":
+			env.ID = v
+		case "method":
+			env.Method = v
+		case "params":
+			env.Params = v
+		case "result":
+			env.Result = v
+		case "error":
+			env.Error = v
+		}
+		i = skipSpace(raw, i)
+		if i < len(raw) && raw[i] == ',' {
+			i = skipSpace(raw, i+1)
+			continue
+		}
+		return env, i < len(raw) && raw[i] == '}'
+	}
+	return envelope{}, false
+}
+
+// jsonString reads a JSON string value; escapes take a decode.
+func jsonString(v json.RawMessage) (string, bool) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), true
+	}
+	var s string
+	if v == nil || json.Unmarshal(v, &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 // ParseRequest decodes one raw request as the broker must (PROTOCOL §1).
@@ -114,8 +185,7 @@ func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
 	if err != nil {
 		return nil, ErrParse.Withf("message is not valid JSON: %s", jsonProblem(err))
 	}
-	var version string
-	if err := json.Unmarshal(env.JSONRPC, &version); err != nil || version != Version {
+	if version, ok := jsonString(env.JSONRPC); !ok || version != Version {
 		return nil, ErrInvalidRequest.Withf(`"jsonrpc" must be "2.0"`)
 	}
 	if env.ID != nil {
@@ -125,15 +195,15 @@ func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
 			return nil, ErrInvalidRequest.Withf(`"id" must be a string, a number or null`)
 		}
 	}
-	var method string
-	if err := json.Unmarshal(env.Method, &method); err != nil || env.Method == nil || method == "" {
+	method, ok := jsonString(env.Method)
+	if !ok || method == "" {
 		return nil, ErrInvalidRequest.Withf(`"method" must be a non-empty string`)
 	}
 	params := env.Params
 	if params == nil {
 		params = json.RawMessage("{}")
 	}
-	return &Request{JSONRPC: Version, ID: env.ID, Method: method, Params: params}, nil
+	return &Request{JSONRPC: Version, ID: bytes.Clone(env.ID), Method: method, Params: params}, nil
 }
 
 // ParamsObject reports whether raw params are a JSON object (after
@@ -210,8 +280,8 @@ var ErrNotResponse = errors.New("wire: not a JSON-RPC response")
 // raw result or the error object the broker answered with. A message that
 // is not a response is ErrNotResponse.
 func DecodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpcErr *Error, err error) {
-	var env envelope
-	if err := json.Unmarshal(raw, &env); err != nil {
+	env, err := decodeEnvelope(raw)
+	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: %v", ErrNotResponse, err)
 	}
 	if env.Method != nil {
