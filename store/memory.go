@@ -18,7 +18,11 @@ type Memory struct {
 	byInstance map[string]map[string]struct{}
 	// openByContext counts open tasks by requester session.
 	openByContext map[string]int
+	// sends indexes task ids by requester instance and SendKey.
+	sends map[sendKey]string
 }
+
+type sendKey struct{ instance, key string }
 
 var _ Store = (*Memory)(nil)
 
@@ -28,6 +32,7 @@ func NewMemory() *Memory {
 		tasks:         map[string]*Record{},
 		byInstance:    map[string]map[string]struct{}{},
 		openByContext: map[string]int{},
+		sends:         map[sendKey]string{},
 	}
 }
 
@@ -49,6 +54,9 @@ func (m *Memory) Create(_ context.Context, rec *Record, maxOpen int) error {
 	m.tasks[c.Task.ID] = c
 	m.index(c.RequesterInstance, c.Task.ID)
 	m.index(c.AssigneeInstance, c.Task.ID)
+	if c.SendKey != "" {
+		m.sends[sendKey{c.RequesterInstance, c.SendKey}] = c.Task.ID
+	}
 	if open {
 		m.openByContext[c.Task.ContextID]++
 	}
@@ -72,6 +80,20 @@ func (m *Memory) Get(_ context.Context, id string) (*Record, error) {
 		return nil, ErrClosed
 	}
 	r, ok := m.tasks[id]
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return r.Clone(), nil
+}
+
+// FindSend implements Store.
+func (m *Memory) FindSend(_ context.Context, instance, key string) (*Record, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	r, ok := m.tasks[m.sends[sendKey{instance, key}]]
 	if !ok {
 		return nil, ErrNotFound
 	}
@@ -186,6 +208,9 @@ func (m *Memory) Prune(_ context.Context, r Retention, now time.Time) (int, erro
 	doomed := PruneSet(terminal, r, now)
 	for _, rec := range doomed {
 		delete(m.tasks, rec.Task.ID)
+		if rec.SendKey != "" {
+			delete(m.sends, sendKey{rec.RequesterInstance, rec.SendKey})
+		}
 		for _, inst := range []string{rec.RequesterInstance, rec.AssigneeInstance} {
 			if s := m.byInstance[inst]; s != nil {
 				delete(s, rec.Task.ID)

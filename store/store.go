@@ -11,6 +11,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -43,13 +44,53 @@ type Record struct {
 	// limit of what a response can carry. Records written by earlier
 	// versions hold an estimate.
 	Size int `json:"size,omitempty"`
+
+	// SendKey is the messageId the requester gave the send that created
+	// the task ("" when the broker chose it): with RequesterInstance, the
+	// key FindSend finds the task by. SendDigest is that send's digest, so
+	// that a retry can be told from another message under the same id.
+	SendKey    string `json:"sendKey,omitempty"`
+	SendDigest string `json:"sendDigest,omitempty"`
+	// Applied are the idempotency keys of the latest changes made to the
+	// task after its creation (messages, updates, cancels), oldest first,
+	// at most MaxApplied.
+	Applied []Applied `json:"applied,omitempty"`
+}
+
+// MaxApplied bounds Record.Applied: a retry of a change older than the
+// task's last MaxApplied keyed changes is no longer recognized.
+const MaxApplied = 64
+
+// Applied is one change's idempotency key, with the digest of the change.
+type Applied struct {
+	Key    string `json:"key"`
+	Digest string `json:"digest"`
 }
 
 // Clone returns a deep copy of r.
 func (r *Record) Clone() *Record {
 	c := *r
 	c.Task = *r.Task.Clone()
+	c.Applied = slices.Clone(r.Applied)
 	return &c
+}
+
+// FindApplied returns the digest recorded under key, and whether there is one.
+func (r *Record) FindApplied(key string) (string, bool) {
+	for i := len(r.Applied) - 1; i >= 0; i-- {
+		if r.Applied[i].Key == key {
+			return r.Applied[i].Digest, true
+		}
+	}
+	return "", false
+}
+
+// Apply records a change's key, dropping the oldest beyond MaxApplied.
+func (r *Record) Apply(key, digest string) {
+	if len(r.Applied) >= MaxApplied {
+		r.Applied = slices.Delete(r.Applied, 0, len(r.Applied)-MaxApplied+1)
+	}
+	r.Applied = append(r.Applied, Applied{Key: key, Digest: digest})
 }
 
 // Role selects tasks by the instance's part in them.
@@ -95,6 +136,11 @@ type Store interface {
 
 	// Get returns the task with this id, or ErrNotFound.
 	Get(ctx context.Context, id string) (*Record, error)
+
+	// FindSend returns the task that instance requested with a send
+	// whose messageId was key (Record.SendKey), or ErrNotFound. A task
+	// is found for as long as it is stored: until Prune deletes it.
+	FindSend(ctx context.Context, instance, key string) (*Record, error)
 
 	// Update applies fn to the task with this id and stores the result,
 	// atomically with respect to every other call. An error from fn

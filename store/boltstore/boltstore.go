@@ -61,6 +61,7 @@ var (
 const (
 	roleRequester = 'r'
 	roleAssignee  = 'a'
+	roleSend      = 's' // instance \x00 's' \x00 SendKey -> id: FindSend's index
 )
 
 // Options configures Open. The zero value is the default.
@@ -473,6 +474,11 @@ func indexRecord(tx *bolt.Tx, rec, old *store.Record) error {
 	if err := member.Put(memberKey(rec.AssigneeInstance, roleAssignee, rec.Task.ID), state); err != nil {
 		return err
 	}
+	if old == nil && rec.SendKey != "" {
+		if err := member.Put(memberKey(rec.RequesterInstance, roleSend, rec.SendKey), id); err != nil {
+			return err
+		}
+	}
 	wasOpen := old != nil && old.Task.Status.State.Open()
 	isOpen := rec.Task.Status.State.Open()
 	count := tx.Bucket(bCount)
@@ -527,6 +533,21 @@ func (s *Store) Get(_ context.Context, id string) (*store.Record, error) {
 	err := s.view(func(tx *bolt.Tx) error {
 		var err error
 		rec, err = getRecord(tx, []byte(id))
+		return err
+	})
+	return rec, err
+}
+
+// FindSend implements store.Store.
+func (s *Store) FindSend(_ context.Context, instance, key string) (*store.Record, error) {
+	var rec *store.Record
+	err := s.view(func(tx *bolt.Tx) error {
+		id := tx.Bucket(bMember).Get(memberKey(instance, roleSend, key))
+		if id == nil {
+			return store.ErrNotFound
+		}
+		var err error
+		rec, err = getRecord(tx, id)
 		return err
 	})
 	return rec, err
@@ -748,6 +769,9 @@ func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (in
 				deletes = append(deletes,
 					tx.Bucket(bMember).Delete(memberKey(rec.RequesterInstance, roleRequester, rec.Task.ID)),
 					tx.Bucket(bMember).Delete(memberKey(rec.AssigneeInstance, roleAssignee, rec.Task.ID)))
+				if rec.SendKey != "" {
+					deletes = append(deletes, tx.Bucket(bMember).Delete(memberKey(rec.RequesterInstance, roleSend, rec.SendKey)))
+				}
 			}
 			// An entry without a readable task is dropped too, so that
 			// pruning does not stop at it for ever.

@@ -76,6 +76,11 @@ const (
 const (
 	roleRequester = 'r'
 	roleAssignee  = 'a'
+	// A member key of this role is instance \x00 's' \x00 SendKey -> id:
+	// the index FindSend reads. It sorts apart from the two roles, so
+	// List never walks it, and needs no schema change: a store without it
+	// is a store whose tasks have no SendKey.
+	roleSend = 's'
 )
 
 // Options configures Open. The zero value is the default.
@@ -734,6 +739,9 @@ func put(b *tx, rec *store.Record, data []byte, old *store.Record) error {
 		b.Set(memberKey(rec.RequesterInstance, roleRequester, id), state, nil),
 		b.Set(memberKey(rec.AssigneeInstance, roleAssignee, id), state, nil),
 	}
+	if old == nil && rec.SendKey != "" {
+		errs = append(errs, b.Set(memberKey(rec.RequesterInstance, roleSend, rec.SendKey), []byte(id), nil))
+	}
 	n := b.count(rec.Task.ContextID)
 	switch {
 	case isOpen && !wasOpen:
@@ -777,6 +785,27 @@ func (s *Store) Get(_ context.Context, id string) (*store.Record, error) {
 		return nil, store.ErrClosed
 	}
 	return getRecord(s.db, id)
+}
+
+// FindSend implements store.Store.
+func (s *Store) FindSend(_ context.Context, instance, key string) (*store.Record, error) {
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	id, err := get(s.db, memberKey(instance, roleSend, key))
+	if err != nil {
+		return nil, err
+	}
+	if id == nil {
+		return nil, store.ErrNotFound
+	}
+	rec, err := getRecord(s.db, string(id))
+	if err == nil && (rec.RequesterInstance != instance || rec.SendKey != key) {
+		return nil, store.ErrNotFound // an entry left behind by an older broker's prune
+	}
+	return rec, err
 }
 
 // Update implements store.Store. fn runs inside the commit; it must only
@@ -1010,6 +1039,9 @@ func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (in
 				deletes = append(deletes,
 					b.Delete(memberKey(rec.RequesterInstance, roleRequester, id), nil),
 					b.Delete(memberKey(rec.AssigneeInstance, roleAssignee, id), nil))
+				if rec.SendKey != "" {
+					deletes = append(deletes, b.Delete(memberKey(rec.RequesterInstance, roleSend, rec.SendKey), nil))
+				}
 			}
 			// An entry without a readable task is dropped too, so that
 			// pruning does not stop at it for ever.

@@ -45,6 +45,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ReturnedRecordsAreCopies", testCopies},
 		{"PruneKeepsOpenTasksAndTheNewestTerminal", testPrune},
 		{"CloseIsIdempotentAndEndsUse", testClose},
+		{"FindSendFindsATaskByItsRequesterAndKey", testFindSend},
+		{"FindSendForgetsAPrunedTask", testFindSendPruned},
+		{"AppliedKeysAreKeptWithTheTaskAndBounded", testApplied},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -464,4 +467,81 @@ func BenchmarkCreate(b *testing.B, newStore func(b *testing.B) store.Store, send
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)/2].Nanoseconds())/1e3, "p50-µs")
 	b.ReportMetric(float64(took[len(took)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+// WithSendKey gives rec the send key a client's messageId makes.
+func WithSendKey(rec *store.Record, key, digest string) *store.Record {
+	rec.SendKey, rec.SendDigest = key, digest
+	return rec
+}
+
+func testFindSend(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t1", "c1", "a", "b", 0), "m1", "d1"), 0))
+	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t2", "c2", "b", "a", 1), "m1", "d2"), 0))
+	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c1", "a", "b", 2), 0))
+	got, err := s.FindSend(ctx(), "a", "m1")
+	require.NoError(t, err)
+	assert.Equal(t, "t1", got.Task.ID)
+	assert.Equal(t, "d1", got.SendDigest)
+	got, err = s.FindSend(ctx(), "b", "m1")
+	require.NoError(t, err)
+	assert.Equal(t, "t2", got.Task.ID, "the key is per requester instance")
+	for _, q := range [][2]string{{"a", "m2"}, {"c", "m1"}, {"a", ""}, {"b", "m-t3"}} {
+		_, err = s.FindSend(ctx(), q[0], q[1])
+		assert.ErrorIs(t, err, store.ErrNotFound, "instance %s key %s", q[0], q[1])
+	}
+	// An update keeps the key.
+	_, err = s.Update(ctx(), "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateWorking
+		return nil
+	})
+	require.NoError(t, err)
+	got, err = s.FindSend(ctx(), "a", "m1")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateWorking, got.Task.Status.State, "FindSend reads the task as it is now")
+	// Nor does a list ever show the index.
+	rs, _, err := s.List(ctx(), store.Query{Instance: "a"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"t1", "t2", "t3"}, idsOf(rs))
+}
+
+func testFindSendPruned(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t1", "c1", "a", "b", 0), "m1", "d1"), 0))
+	_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateCompleted
+		return nil
+	})
+	require.NoError(t, err)
+	n, err := s.Prune(ctx(), store.Retention{MaxTerminal: 0, MaxAge: time.Nanosecond}, base.Add(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, err = s.FindSend(ctx(), "a", "m1")
+	assert.ErrorIs(t, err, store.ErrNotFound, "the key leaves with its task")
+	// The key is free again: a new task may take it.
+	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t2", "c1", "a", "b", 1), "m1", "d9"), 0))
+	got, err := s.FindSend(ctx(), "a", "m1")
+	require.NoError(t, err)
+	assert.Equal(t, "t2", got.Task.ID)
+}
+
+func testApplied(t *testing.T, s store.Store) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	for i := range store.MaxApplied + 3 {
+		_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
+			r.Apply(fmt.Sprint("k", i), fmt.Sprint("d", i))
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	got, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	require.Len(t, got.Applied, store.MaxApplied)
+	_, ok := got.FindApplied("k2")
+	assert.False(t, ok, "the oldest keys leave the window")
+	d, ok := got.FindApplied("k3")
+	assert.True(t, ok)
+	assert.Equal(t, "d3", d)
+	d, ok = got.FindApplied(fmt.Sprint("k", store.MaxApplied+2))
+	assert.True(t, ok)
+	assert.Equal(t, fmt.Sprint("d", store.MaxApplied+2), d)
 }
