@@ -103,6 +103,10 @@ type Broker struct {
 	// instance id: a departure's closing of its tasks never meets a new
 	// registration of the same instance halfway.
 	instances [instanceStripes]sync.Mutex
+	// sendLocks serialize the keyed sends of one (instance, messageId);
+	// pushes remembers the keys of oneway pushes.
+	sendLocks [sendStripes]sync.Mutex
+	pushes    pushWindow
 
 	methods map[string]method
 

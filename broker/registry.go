@@ -435,6 +435,7 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 	b.reg.mu.Lock()
 	b.reg.remove(a)
 	b.reg.mu.Unlock()
+	b.pushes.forget(a.instance)
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
 	if err := b.closeTasksOf(context.WithoutCancel(ctx), a.instance, a.session); err != nil {
 		b.log.Error("deregistered agent's tasks not all closed", "agentId", a.id, "error", err.Message)

@@ -46,6 +46,11 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 	if err := validObject("metadata", p.Metadata); err != nil {
 		return nil, err
 	}
+	// A client's messageId is the send's idempotency key (PROTOCOL §5.6).
+	k := key{name: p.Message.MessageID}
+	if k.name != "" {
+		k.digest = sendDigest(&p)
+	}
 	if p.TaskID != "" {
 		if p.Oneway {
 			return nil, wire.ErrInvalidParams.Withf("oneway cannot be combined with taskId")
@@ -54,10 +59,42 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 			return nil, errRevoked()
 		}
 		defer self.leave()
-		return b.sendOnTask(ctx, self, &p)
+		return b.sendOnTask(ctx, self, &p, k)
 	}
 	if p.To == self.id {
 		return nil, wire.ErrInvalidParams.Withf("to: an agent cannot send to itself")
+	}
+	if k.name != "" {
+		// Before the peer is resolved: a retry returns what the first
+		// attempt made, even if the peer has gone since.
+		// One key names one send, a push or a task: each looks in both,
+		// under the key's lock.
+		unlock := b.lockSend(self.instance, k.name)
+		defer unlock()
+		w := b.pushes.of(self.instance)
+		if seen, ok := w.find(k.name); ok {
+			if seen.digest != k.digest {
+				return nil, keyReused(k.name)
+			}
+			return wire.SendResult{Delivered: seen.delivered}, nil
+		}
+		rec, err := b.store.FindSend(ctx, self.instance, k.name)
+		switch {
+		case err == nil:
+			if rec.SendDigest != k.digest {
+				return nil, keyReused(k.name)
+			}
+			return wire.TaskResult{Task: &rec.Task}, nil
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, b.storeFailure("find a sent task", err)
+		}
+		if p.Oneway {
+			res, err := b.pushTo(self, p.To, p.Message)
+			if err == nil {
+				w.record(k.name, pushSeen{digest: k.digest, delivered: res.Delivered})
+			}
+			return res, err
+		}
 	}
 	peer, err := b.resolvePeer(self, p.To)
 	if err != nil {
@@ -66,7 +103,20 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 	if p.Oneway {
 		return b.push(self, peer, p.Message)
 	}
-	return b.createTask(ctx, self, peer, &p)
+	return b.createTask(ctx, self, peer, &p, k)
+}
+
+// pushTo resolves the addressee of a push and pushes.
+func (b *Broker) pushTo(self *agent, to string, m *wire.Message) (wire.SendResult, *wire.Error) {
+	peer, err := b.resolvePeer(self, to)
+	if err != nil {
+		return wire.SendResult{}, err
+	}
+	res, err := b.push(self, peer, m)
+	if err != nil {
+		return wire.SendResult{}, err
+	}
+	return res.(wire.SendResult), nil
 }
 
 func validObject(field string, raw json.RawMessage) *wire.Error {
@@ -203,7 +253,7 @@ func (b *Broker) grow(r *store.Record, delta int) error {
 	return nil
 }
 
-func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.SendParams) (any, *wire.Error) {
+func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.SendParams, k key) (any, *wire.Error) {
 	// Hold both members, so that neither can be deregistered before the
 	// task exists: a task is never assigned to a dead agent, nor requested
 	// by one.
@@ -232,6 +282,8 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		},
 		RequesterInstance: self.instance,
 		AssigneeInstance:  peer.instance,
+		SendKey:           k.name,
+		SendDigest:        k.digest,
 	}
 	rec.Size = jsonLen(&rec.Task)
 	if rec.Size > b.limits.Task {
@@ -307,7 +359,7 @@ func (b *Broker) counterpart(rec *store.Record, actor member) (id, session strin
 
 var errTerminal = errors.New("task is terminal")
 
-func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams) (any, *wire.Error) {
+func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams, k key) (any, *wire.Error) {
 	rec, m, werr := b.loadTask(ctx, self, p.TaskID)
 	if werr != nil {
 		return nil, werr
@@ -330,7 +382,13 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	grows := jsonLen(&msg) + 1
 	unlock := b.lockTask(rec.Task.ID)
 	defer unlock()
+	if k.name != "" {
+		k.name = memberKey(m, k.name)
+	}
 	rec, err := b.store.Update(ctx, rec.Task.ID, func(r *store.Record) error {
+		if err := checkKey(r, k); err != nil {
+			return err
+		}
 		if r.Task.Status.State.Terminal() {
 			return errTerminal
 		}
@@ -341,6 +399,9 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 		r.Task.UpdatedAt = wire.NewTime(b.cfg.Now())
 		return nil
 	})
+	if res, werr, done := b.keyOutcome(ctx, p.TaskID, p.Message.MessageID, err); done {
+		return res, werr
+	}
 	if errors.Is(err, errTerminal) {
 		return nil, wire.ErrInvalidTransition.Withf("task %s is already terminal", p.TaskID)
 	}
@@ -451,6 +512,16 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 		if m != assignee {
 			return nil, wire.ErrInvalidTransition.Withf("only the assignee updates a task; cancel it instead")
 		}
+		k := key{name: p.MessageID}
+		if k.name == "" && p.Message != nil {
+			k.name = p.Message.MessageID
+		}
+		if k.name != "" {
+			if err := wire.ValidateID("messageId", k.name); err != nil {
+				return nil, wire.ErrInvalidParams.Withf("%v", err)
+			}
+			k.digest = digest(updateIntent{Method: wire.MethodUpdateTask, State: p.State, Message: asSent(p.Message), Artifacts: p.Artifacts})
+		}
 		var msg *wire.Message
 		if p.Message != nil {
 			stamped := b.stamp(*p.Message, self, wire.RoleAgent, rec.Task.ID, rec.Task.ContextID)
@@ -461,13 +532,20 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 				p.Artifacts[i].ArtifactID = uuid.NewString()
 			}
 		}
-		return b.transition(ctx, self, rec, m, p.State, msg, p.Artifacts)
+		return b.transition(ctx, self, rec, m, p.State, msg, p.Artifacts, k)
 	})
 }
 
 func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	var p wire.TaskParams
+	var p wire.CancelParams
 	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
+		k := key{name: p.MessageID}
+		if k.name != "" {
+			if err := wire.ValidateID("messageId", k.name); err != nil {
+				return nil, wire.ErrInvalidParams.Withf("%v", err)
+			}
+			k.digest = digest(updateIntent{Method: wire.MethodCancelTask, State: wire.StateCanceled})
+		}
 		rec, m, werr := b.loadTask(ctx, self, p.TaskID)
 		if werr != nil {
 			return nil, werr
@@ -475,12 +553,12 @@ func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params j
 		if m != requester {
 			return nil, wire.ErrInvalidTransition.Withf("only the requester cancels a task; update it to failed or rejected instead")
 		}
-		return b.transition(ctx, self, rec, m, wire.StateCanceled, nil, nil)
+		return b.transition(ctx, self, rec, m, wire.StateCanceled, nil, nil, k)
 	})
 }
 
 // transition moves an open task to state and notifies the other member.
-func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record, m member, state wire.State, msg *wire.Message, artifacts []wire.Artifact) (any, *wire.Error) {
+func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record, m member, state wire.State, msg *wire.Message, artifacts []wire.Artifact, k key) (any, *wire.Error) {
 	otherID, otherSession := b.counterpart(rec, m)
 	id := rec.Task.ID
 	// What the task grows by besides its status: the message in its
@@ -492,9 +570,16 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 	for i := range artifacts {
 		grows += jsonLen(&artifacts[i]) + 1
 	}
+	name := k.name
+	if k.name != "" {
+		k.name = memberKey(m, k.name)
+	}
 	unlock := b.lockTask(id)
 	defer unlock()
 	rec, err := b.store.Update(ctx, id, func(r *store.Record) error {
+		if err := checkKey(r, k); err != nil {
+			return err
+		}
 		if r.Task.Status.State.Terminal() {
 			return errTerminal
 		}
@@ -517,6 +602,9 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 		r.Task.UpdatedAt = now
 		return nil
 	})
+	if res, werr, done := b.keyOutcome(ctx, id, name, err); done {
+		return res, werr
+	}
 	if errors.Is(err, errTerminal) {
 		return nil, wire.ErrInvalidTransition.Withf("task %s is already terminal", id)
 	}
@@ -528,6 +616,23 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 	}
 	b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventStatus, msg)
 	return wire.TaskResult{Task: &rec.Task}, nil
+}
+
+// keyOutcome answers a keyed change that Update refused for its key: a
+// retry gets the task as it is now (read under the task's lock, which
+// the caller holds), a reuse -32602. done is false for any other outcome.
+func (b *Broker) keyOutcome(ctx context.Context, id, name string, err error) (any, *wire.Error, bool) {
+	switch {
+	case errors.Is(err, errKeyReused):
+		return nil, keyReused(name), true
+	case errors.Is(err, errApplied):
+		rec, gerr := b.store.Get(ctx, id)
+		if gerr != nil {
+			return nil, b.storeFailure("read task", gerr), true
+		}
+		return wire.TaskResult{Task: &rec.Task}, nil, true
+	}
+	return nil, nil, false
 }
 
 // closeTasksOf closes the open tasks of an instance that is gone (ADR 0162:

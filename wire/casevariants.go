@@ -137,7 +137,7 @@ func isASCII(s string) bool {
 // fill any field, whatever its case.
 var knownExact, knownLower = func() (map[string]bool, map[string]bool) {
 	exact, lower := map[string]bool{}, map[string]bool{}
-	for _, v := range []any{envelope{}, RegisterParams{}, TokenParams{}, SendParams{}, TaskParams{}, ListTasksParams{},
+	for _, v := range []any{envelope{}, RegisterParams{}, TokenParams{}, SendParams{}, TaskParams{}, CancelParams{}, ListTasksParams{},
 		UpdateParams{}, ReplayParams{}, SessionParams{}, SessionCloseParams{}, ListAgentsParams{}, PageParams{}, AgentCard{}, Skill{}, Message{}, Part{}, File{}, Artifact{}} {
 		for name := range fieldsOf(reflect.TypeOf(v)).exact {
 			exact[name] = true

@@ -71,10 +71,18 @@ type SendResult struct {
 	Delivered string `json:"delivered,omitempty"`
 }
 
-// TaskParams are the params of a2a.tasks.get and a2a.tasks.cancel.
+// TaskParams are the params of a2a.tasks.get.
 type TaskParams struct {
 	Token  string `json:"token"`
 	TaskID string `json:"taskId"`
+}
+
+// CancelParams are the params of a2a.tasks.cancel. MessageID, when
+// given, makes the cancel retry-safe: a retry returns the task as it is.
+type CancelParams struct {
+	Token     string `json:"token"`
+	TaskID    string `json:"taskId"`
+	MessageID string `json:"messageId,omitempty"`
 }
 
 // TaskResult is the result of the methods that return one task.
@@ -141,6 +149,9 @@ type UpdateParams struct {
 	State     State      `json:"state"`
 	Message   *Message   `json:"message,omitempty"`
 	Artifacts []Artifact `json:"artifacts,omitempty"`
+	// MessageID is the update's idempotency key; without it, the
+	// message's messageId is, when the update carries a message.
+	MessageID string `json:"messageId,omitempty"`
 }
 
 // ReplayParams are the params of a2a.events.replay: Epoch and AfterSeq

@@ -1,0 +1,243 @@
+package broker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// keyed is a text message with a client messageId.
+func keyed(id, s string) map[string]any {
+	m := text(s)
+	m["messageId"] = id
+	return m
+}
+
+func (a *agent) sendKeyed(to, id, msg string) (*wire.Task, error) {
+	p := map[string]any{"message": keyed(id, msg)}
+	if to != "" {
+		p["to"] = to
+	}
+	return a.tryTask(wire.MethodSend, p)
+}
+
+func TestARetriedSendReturnsTheSameTask(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("chat-1", "discussant")
+	b := e.register("chat-2", "scribe")
+	first, err := a.sendKeyed(b.id, "m-1", "claim notes.md")
+	require.NoError(t, err)
+	require.Equal(t, wire.EventCreated, e.event("chat-2").TaskEvent.Kind)
+	_, err = b.update(first.ID, wire.StateWorking, "")
+	require.NoError(t, err)
+	e.event("chat-1")
+
+	again, err := a.sendKeyed(b.id, "m-1", "claim notes.md")
+	require.NoError(t, err)
+	assert.Equal(t, first.ID, again.ID, "the retry names the first task")
+	assert.Equal(t, wire.StateWorking, again.Status.State, "in its current state")
+	e.noEvent("chat-2") // nobody is told twice
+	tasks, err := b.tryCall(wire.MethodListTasks, nil)
+	require.NoError(t, err)
+	var l wire.ListTasksResult
+	require.NoError(t, json.Unmarshal(tasks, &l))
+	assert.Len(t, l.Tasks, 1, "one task per intent")
+
+	// A retry without to finds the task even when the implicit peer
+	// would now be another (or ambiguous).
+	e.register("chat-1", "second")
+	_, err = a.sendKeyed(b.id, "m-2", "another")
+	require.NoError(t, err)
+	again, err = a.sendKeyed(b.id, "m-2", "another")
+	require.NoError(t, err)
+	e.event("chat-2")
+	e.noEvent("chat-2")
+	assert.NotEqual(t, first.ID, again.ID)
+}
+
+func TestAReusedMessageIDWithOtherContentIsInvalidParams(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("chat-1", "discussant")
+	b := e.register("chat-2", "scribe")
+	c := e.register("chat-3", "critic")
+	_, err := a.sendKeyed(b.id, "m-1", "claim notes.md")
+	require.NoError(t, err)
+	for name, retry := range map[string]map[string]any{
+		"other text":     {"to": b.id, "message": keyed("m-1", "claim other.md")},
+		"other to":       {"to": c.id, "message": keyed("m-1", "claim notes.md")},
+		"other metadata": {"to": b.id, "message": keyed("m-1", "claim notes.md"), "metadata": map[string]any{"k": 1}},
+		"oneway":         {"to": b.id, "message": keyed("m-1", "claim notes.md"), "oneway": true},
+	} {
+		_, err := a.tryTask(wire.MethodSend, retry)
+		requireCode(t, err, wire.ErrInvalidParams)
+		assert.Contains(t, err.Error(), "already used for a different change", name)
+	}
+	// Another requester may use the same id: keys are per instance.
+	other, err := c.sendKeyed(b.id, "m-1", "claim notes.md")
+	require.NoError(t, err)
+	assert.Equal(t, c.id, other.RequesterName)
+	// White space in the metadata is not content.
+	p := map[string]any{"to": b.id, "message": keyed("m-3", "x"), "metadata": json.RawMessage(`{"k": [1, 2]}`)}
+	t1, err := a.tryTask(wire.MethodSend, p)
+	require.NoError(t, err)
+	p["metadata"] = json.RawMessage(`{"k":[1,2]}`)
+	t2, err := a.tryTask(wire.MethodSend, p)
+	require.NoError(t, err)
+	assert.Equal(t, t1.ID, t2.ID)
+}
+
+func TestARetriedUpdateOrCancelReturnsTheTaskUnchanged(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("chat-1", "discussant")
+	b := e.register("chat-2", "scribe")
+	task := a.mustSend(b.id, "write it")
+	e.event("chat-2")
+
+	complete := map[string]any{"state": wire.StateCompleted, "messageId": "u-1",
+		"artifacts": []any{map[string]any{"name": "notes", "parts": []any{map[string]any{"kind": "text", "text": "done"}}}}}
+	done, err := b.taskCall(wire.MethodUpdateTask, task.ID, complete)
+	require.NoError(t, err)
+	e.event("chat-1")
+	again, err := b.taskCall(wire.MethodUpdateTask, task.ID, complete)
+	require.NoError(t, err, "a retried completion is not an invalid transition")
+	assert.Equal(t, done, again, "the task, unchanged")
+	e.noEvent("chat-1")
+	complete["state"] = wire.StateFailed
+	_, err = b.taskCall(wire.MethodUpdateTask, task.ID, complete)
+	requireCode(t, err, wire.ErrInvalidParams)
+
+	// An update's message id is its key when it has no other.
+	task2 := a.mustSend(b.id, "again")
+	e.event("chat-2")
+	ask := map[string]any{"state": wire.StateInputRequired, "message": keyed("q-1", "which file?")}
+	asked, err := b.taskCall(wire.MethodUpdateTask, task2.ID, ask)
+	require.NoError(t, err)
+	e.event("chat-1")
+	again, err = b.taskCall(wire.MethodUpdateTask, task2.ID, ask)
+	require.NoError(t, err)
+	assert.Len(t, again.History, len(asked.History), "no second message")
+	e.noEvent("chat-1")
+
+	// A reply on the task, retried.
+	reply := map[string]any{"message": keyed("r-1", "notes.md")}
+	replied, err := a.taskCall(wire.MethodSend, task2.ID, reply)
+	require.NoError(t, err)
+	e.event("chat-2")
+	again, err = a.taskCall(wire.MethodSend, task2.ID, reply)
+	require.NoError(t, err)
+	assert.Len(t, again.History, len(replied.History))
+	e.noEvent("chat-2")
+	// The members' keys are their own: the assignee may use the same id.
+	_, err = b.taskCall(wire.MethodSend, task2.ID, reply)
+	require.NoError(t, err)
+	e.event("chat-1")
+
+	// A retried cancel.
+	canceled, err := a.taskCall(wire.MethodCancelTask, task2.ID, map[string]any{"messageId": "c-1"})
+	require.NoError(t, err)
+	require.Equal(t, wire.StateCanceled, canceled.Status.State)
+	e.event("chat-2")
+	again, err = a.taskCall(wire.MethodCancelTask, task2.ID, map[string]any{"messageId": "c-1"})
+	require.NoError(t, err)
+	assert.Equal(t, canceled, again)
+	e.noEvent("chat-2")
+	// Without a key, a second cancel is what it always was.
+	_, err = a.cancel(task2.ID)
+	requireCode(t, err, wire.ErrInvalidTransition)
+}
+
+func TestARetriedPushIsDeliveredOnce(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("chat-1", "discussant")
+	b := e.register("chat-2", "scribe")
+	p := map[string]any{"to": b.id, "oneway": true, "message": keyed("p-1", "fyi")}
+	for range 2 {
+		res, err := a.call(wire.MethodSend, p)
+		require.NoError(t, err)
+		var r wire.SendResult
+		require.NoError(t, json.Unmarshal(res, &r))
+		assert.Equal(t, b.id, r.Delivered)
+	}
+	require.Equal(t, wire.NotifyPush, e.event("chat-2").Method)
+	e.noEvent("chat-2")
+	p["message"] = keyed("p-1", "other")
+	_, err := a.tryCall(wire.MethodSend, p)
+	requireCode(t, err, wire.ErrInvalidParams)
+}
+
+// A retry that races its first attempt still makes one task.
+func TestConcurrentRetriesMakeOneTask(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("chat-1", "discussant")
+	b := e.register("chat-2", "scribe")
+	const n = 16
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			task, err := a.sendKeyed(b.id, "m-race", "once")
+			if assert.NoError(t, err) {
+				ids[i] = task.ID
+			}
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		assert.Equal(t, ids[0], id)
+	}
+	e.event("chat-2")
+	e.noEvent("chat-2")
+}
+
+// The window: a send's key lasts as long as its task is stored, an
+// update's as long as it is among the task's last store.MaxApplied keyed
+// changes. Past that, a retry is a new change (docs/PROTOCOL.md §5.6).
+func TestARetryAfterItsKeyLeftTheWindowIsANewChange(t *testing.T) {
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	st := store.NewMemory()
+	e := newEnv(t, broker.Config{Store: st, Now: clock})
+	a := e.register("chat-1", "discussant")
+	b := e.register("chat-2", "scribe")
+
+	first, err := a.sendKeyed(b.id, "m-1", "once")
+	require.NoError(t, err)
+	_, err = b.update(first.ID, wire.StateCompleted, "")
+	require.NoError(t, err)
+	mu.Lock()
+	now = now.Add(time.Hour)
+	mu.Unlock()
+	n, err := st.Prune(context.Background(), store.Retention{MaxAge: time.Minute}, now)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	again, err := a.sendKeyed(b.id, "m-1", "once")
+	require.NoError(t, err)
+	assert.NotEqual(t, first.ID, again.ID, "the key left with its pruned task: a new task")
+
+	// Updates: the first key falls out after MaxApplied others.
+	reply := func(id string) (*wire.Task, error) {
+		return a.taskCall(wire.MethodSend, again.ID, map[string]any{"message": keyed(id, "r")})
+	}
+	_, err = reply("r-0")
+	require.NoError(t, err)
+	for i := 1; i <= store.MaxApplied; i++ {
+		_, err = reply(fmt.Sprint("r-", i))
+		require.NoError(t, err)
+	}
+	before, err := a.get(again.ID)
+	require.NoError(t, err)
+	after, err := reply("r-0")
+	require.NoError(t, err)
+	assert.Len(t, after.History, len(before.History)+1, "out of the window, the retry is appended again")
+}
