@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -220,6 +222,27 @@ func (d *Delegate) taskCall(ctx context.Context, method string, params func(toke
 	return res.Task, nil
 }
 
+// change makes a call that changes a task and answers it, retried while
+// its answer is lost: params must build the same change, with the same
+// key, every time.
+func (d *Delegate) change(ctx context.Context, method string, params func(token string) any) (*wire.Task, error) {
+	var t *wire.Task
+	err := d.r.retry(ctx, func() error {
+		var err error
+		t, err = d.taskCall(ctx, method, params)
+		return err
+	})
+	return t, err
+}
+
+// keyed returns msg with a messageId: its own, else a new one.
+func keyed(msg wire.Message) wire.Message {
+	if msg.MessageID == "" {
+		msg.MessageID = uuid.NewString()
+	}
+	return msg
+}
+
 // Peers lists every other live agent on the host, each with its session,
 // following the broker's pages.
 func (d *Delegate) Peers(ctx context.Context) ([]wire.AgentCard, error) {
@@ -253,7 +276,8 @@ func (d *Delegate) Send(ctx context.Context, to string, msg wire.Message, metada
 			return nil, fmt.Errorf("runtime: metadata: %w", err)
 		}
 	}
-	return d.taskCall(ctx, wire.MethodSend, func(token string) any {
+	msg = keyed(msg)
+	return d.change(ctx, wire.MethodSend, func(token string) any {
 		return wire.SendParams{Token: token, To: to, Message: &msg, Metadata: meta}
 	})
 }
@@ -261,15 +285,19 @@ func (d *Delegate) Send(ctx context.Context, to string, msg wire.Message, metada
 // Push sends a oneway message (no task); it returns the recipient's id.
 func (d *Delegate) Push(ctx context.Context, to string, msg wire.Message) (string, error) {
 	var res wire.SendResult
-	err := d.callWithToken(ctx, func(token string) error {
-		return d.r.call(ctx, wire.MethodSend, wire.SendParams{Token: token, To: to, Message: &msg, Oneway: true}, &res)
+	msg = keyed(msg)
+	err := d.r.retry(ctx, func() error {
+		return d.callWithToken(ctx, func(token string) error {
+			return d.r.call(ctx, wire.MethodSend, wire.SendParams{Token: token, To: to, Message: &msg, Oneway: true}, &res)
+		})
 	})
 	return res.Delivered, err
 }
 
 // Reply adds a message to an open task the delegate is a member of.
 func (d *Delegate) Reply(ctx context.Context, taskID string, msg wire.Message) (*wire.Task, error) {
-	return d.taskCall(ctx, wire.MethodSend, func(token string) any {
+	msg = keyed(msg)
+	return d.change(ctx, wire.MethodSend, func(token string) any {
 		return wire.SendParams{Token: token, TaskID: taskID, Message: &msg}
 	})
 }
@@ -318,15 +346,21 @@ func (d *Delegate) listTasks(ctx context.Context, state wire.State, role wire.Li
 // Update moves a task assigned to the delegate to a new state, with an
 // optional message and artifacts.
 func (d *Delegate) Update(ctx context.Context, taskID string, state wire.State, msg *wire.Message, artifacts ...wire.Artifact) (*wire.Task, error) {
-	return d.taskCall(ctx, wire.MethodUpdateTask, func(token string) any {
-		return wire.UpdateParams{Token: token, TaskID: taskID, State: state, Message: msg, Artifacts: artifacts}
+	key := uuid.NewString()
+	if msg != nil {
+		m := keyed(*msg)
+		msg, key = &m, m.MessageID
+	}
+	return d.change(ctx, wire.MethodUpdateTask, func(token string) any {
+		return wire.UpdateParams{Token: token, TaskID: taskID, State: state, Message: msg, Artifacts: artifacts, MessageID: key}
 	})
 }
 
 // Cancel cancels a task the delegate requested.
 func (d *Delegate) Cancel(ctx context.Context, taskID string) (*wire.Task, error) {
-	return d.taskCall(ctx, wire.MethodCancelTask, func(token string) any {
-		return wire.TaskParams{Token: token, TaskID: taskID}
+	key := uuid.NewString()
+	return d.change(ctx, wire.MethodCancelTask, func(token string) any {
+		return wire.CancelParams{Token: token, TaskID: taskID, MessageID: key}
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -36,7 +37,27 @@ type Config struct {
 	Queue int
 	// Logger receives the runtime's logs. nil discards them.
 	Logger *slog.Logger
+	// Retry bounds how a change (a send, a reply, an update, a cancel)
+	// whose answer was lost is tried again. The zero value is
+	// DefaultRetry.
+	Retry Retry
 }
+
+// Retry is how often, and how far apart, a change whose answer was lost
+// (the broker unreachable: a lost connection, a restart) is tried again.
+// Every change carries a messageId, so the broker applies it once
+// however often it is tried (docs/PROTOCOL.md §5.6).
+type Retry struct {
+	// Attempts is how many times a change is tried in all.
+	Attempts int
+	// Backoff is the first wait between two attempts; each wait doubles,
+	// up to MaxBackoff.
+	Backoff, MaxBackoff time.Duration
+}
+
+// DefaultRetry tries a change 6 times over about 6 seconds: longer than a
+// sidecar takes to restart.
+var DefaultRetry = Retry{Attempts: 6, Backoff: 200 * time.Millisecond, MaxBackoff: 2 * time.Second}
 
 // Runtime is one chat session's A2A runtime: what the session's parent
 // uses to spawn delegates. The parent itself has no A2A handle: a Runtime
@@ -74,6 +95,10 @@ func New(ctx context.Context, sess transport.Session, cfg Config) (*Runtime, err
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Retry == (Retry{}) {
+		cfg.Retry = DefaultRetry
+	}
+	cfg.Retry.Attempts = max(cfg.Retry.Attempts, 1)
 	r := &Runtime{cfg: cfg, log: cfg.Logger.With("session", sess.ID()), sess: sess, done: make(chan struct{}),
 		byID: map[string]*Delegate{}, delegates: map[*Delegate]struct{}{}}
 	fcfg := cfg.Feed
@@ -267,6 +292,31 @@ func (r *Runtime) Close() error {
 	r.feed.Close()
 	r.failAll(ErrClosed)
 	return r.sess.Close()
+}
+
+// retry runs a change until it is answered, or fails for another reason
+// than a lost answer, or its attempts are spent. A change retried must
+// carry its idempotency key, so that it is applied once.
+func (r *Runtime) retry(ctx context.Context, change func() error) error {
+	wait := r.cfg.Retry.Backoff
+	for attempt := 1; ; attempt++ {
+		err := change()
+		if !errors.Is(err, transport.ErrUnavailable) || attempt >= r.cfg.Retry.Attempts {
+			return err
+		}
+		r.log.Debug("answer lost; trying again", "attempt", attempt, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-r.ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, max(r.cfg.Retry.MaxBackoff, r.cfg.Retry.Backoff))
+	}
 }
 
 // call sends a request on the session.

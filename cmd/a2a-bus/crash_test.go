@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,4 +301,164 @@ func kill(pid int) error {
 		return err
 	}
 	return p.Kill()
+}
+
+// TestRetriedChangesAcrossSIGKILLMakeOneTaskPerIntent: concurrent clients
+// send tasks and cancel them, each change with its own messageId, and the
+// broker is SIGKILLed mid-load. After a restart on the same data dir,
+// every client retries the change it saw no answer for, with the same id:
+// afterwards there is exactly one task per send, none missing, none
+// doubled, and every cancel is applied.
+func TestRetriedChangesAcrossSIGKILLMakeOneTaskPerIntent(t *testing.T) {
+	dir := t.TempDir()
+	child := startPipeBroker(t, dir)
+	const clients = 32
+	asg := &member{session: "work", name: "worker", instance: "worker-1"}
+	asg.register(t, child)
+
+	type op struct {
+		send   bool // else a cancel
+		seq    int
+		taskID string // of a cancel
+	}
+	type client struct {
+		m       *member
+		s       transport.Session
+		sent    int            // sends acknowledged
+		pending *op            // the change in flight when the broker died
+		tasks   map[int]string // seq -> task id, as acknowledged
+	}
+	sendOf := func(c *client, seq int) wire.SendParams {
+		return wire.SendParams{Token: c.m.token, To: asg.id, Message: &wire.Message{
+			MessageID: fmt.Sprintf("%s-send-%d", c.m.instance, seq), Parts: []wire.Part{wire.TextPart(fmt.Sprint("job ", seq))}}}
+	}
+	cancelOf := func(c *client, seq int, taskID string) wire.CancelParams {
+		return wire.CancelParams{Token: c.m.token, TaskID: taskID, MessageID: fmt.Sprintf("%s-cancel-%d", c.m.instance, seq)}
+	}
+	do := func(c *client, o *op) (*wire.Task, error) {
+		var res json.RawMessage
+		var err error
+		if o.send {
+			res, err = c.s.Call(context.Background(), wire.MethodSend, sendOf(c, o.seq))
+		} else {
+			res, err = c.s.Call(context.Background(), wire.MethodCancelTask, cancelOf(c, o.seq, o.taskID))
+		}
+		if err != nil {
+			return nil, err
+		}
+		var r wire.TaskResult
+		if err := json.Unmarshal(res, &r); err != nil || r.Task == nil {
+			return nil, fmt.Errorf("not a task: %s", res)
+		}
+		return r.Task, nil
+	}
+	cs := make([]*client, clients)
+	for i := range cs {
+		m := &member{session: fmt.Sprint("chat-", i), name: "asker", instance: fmt.Sprint("asker-", i)}
+		cs[i] = &client{m: m, s: m.register(t, child), tasks: map[int]string{}}
+	}
+
+	var acked sync.WaitGroup
+	var ackedSends atomic.Int64
+	for _, c := range cs {
+		acked.Go(func() {
+			for seq := 0; ; seq++ {
+				o := &op{send: true, seq: seq}
+				task, err := do(c, o)
+				if err != nil {
+					c.pending = o
+					return
+				}
+				c.tasks[seq], c.sent = task.ID, c.sent+1
+				ackedSends.Add(1)
+				o = &op{seq: seq, taskID: task.ID}
+				if _, err := do(c, o); err != nil {
+					c.pending = o
+					return
+				}
+			}
+		})
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for ackedSends.Load() < 400 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.NoError(t, kill(child.Pid()))
+	acked.Wait()
+	<-child.Exited()
+	child.Close()
+	require.GreaterOrEqual(t, ackedSends.Load(), int64(400))
+
+	// Restart; everyone comes back by instance id and retries what it
+	// did not see answered, with the same id and content.
+	child2 := startPipeBroker(t, dir)
+	restarted := time.Now()
+	asg.register(t, child2)
+	var unansweredSends, committedSends, unansweredCancels, committedCancels int
+	for _, c := range cs {
+		c.s = c.m.register(t, child2)
+		o := c.pending
+		require.NotNil(t, o, "every client was cut off mid-change")
+		task, err := do(c, o)
+		require.NoError(t, err, "the retry of %+v", *o)
+		committed := task.UpdatedAt.Before(restarted)
+		if o.send {
+			unansweredSends++
+			if committed {
+				committedSends++
+			}
+			c.tasks[o.seq] = task.ID
+			c.sent++
+			// Finish the intent: cancel it.
+			o = &op{seq: o.seq, taskID: task.ID}
+			_, err = do(c, o)
+			require.NoError(t, err)
+		} else {
+			unansweredCancels++
+			if committed {
+				committedCancels++
+			}
+			assert.Equal(t, wire.StateCanceled, task.Status.State)
+		}
+	}
+
+	// Exactly one task per send, each canceled; nothing else.
+	total := 0
+	for _, c := range cs {
+		var all []*wire.Task
+		p := wire.ListTasksParams{Token: c.m.token, Role: wire.ListRequester, PageParams: wire.PageParams{PageSize: wire.MaxPageSize}}
+		for {
+			res, err := c.s.Call(context.Background(), wire.MethodListTasks, p)
+			require.NoError(t, err)
+			var l wire.ListTasksResult
+			require.NoError(t, json.Unmarshal(res, &l))
+			all = append(all, l.Tasks...)
+			if l.NextPageToken == "" {
+				break
+			}
+			p.PageToken = l.NextPageToken
+		}
+		bySeq := map[int]int{}
+		for _, task := range all {
+			var seq int
+			_, err := fmt.Sscanf(strings.TrimPrefix(task.History[0].MessageID, c.m.instance+"-send-"), "%d", &seq)
+			require.NoError(t, err, "task %s has an id no client sent: %s", task.ID, task.History[0].MessageID)
+			bySeq[seq]++
+			assert.Equal(t, c.tasks[seq], task.ID, "%s send %d: the task its client was given", c.m.instance, seq)
+			assert.Equal(t, wire.StateCanceled, task.Status.State, "%s send %d: its cancel applied", c.m.instance, seq)
+		}
+		require.Len(t, bySeq, c.sent, "%s: one task per send, none missing", c.m.instance)
+		for seq, n := range bySeq {
+			require.Equal(t, 1, n, "%s send %d: doubled", c.m.instance, seq)
+		}
+		require.Len(t, all, c.sent, "%s: nothing else", c.m.instance)
+		total += len(all)
+	}
+	intents := 0
+	for _, c := range cs {
+		intents += c.sent
+	}
+	require.Equal(t, intents, total)
+	t.Logf("%d sends acknowledged before SIGKILL; cut off mid-change: %d sends (%d of them committed before the kill) and %d cancels (%d committed); after the retries: %d tasks for %d sends, none doubled",
+		ackedSends.Load(), unansweredSends, committedSends, unansweredCancels, committedCancels, total, intents)
 }
