@@ -245,6 +245,11 @@ func (r *runner) roundTrips() {
 			res.compare(rawRR[false], latency, 0)
 		}
 		r.add(res)
+		keyed := r.run(k.name, "round trip, memory store, with messageIds", onBus(k, func(b *testing.B, h bustest.Harness) {
+			brokertest.BenchmarkKeyedRoundTripOn(b, h, nil)
+		}))
+		keyed.compare(res, latency, 0)
+		r.add(keyed)
 		if !strings.HasPrefix(k.name, "nats") {
 			continue
 		}
@@ -263,6 +268,16 @@ func (r *runner) roundTrips() {
 		}))
 		dur.compare(bare[tcp], latency, map[bool]float64{true: 3}[tcp])
 		r.add(dur)
+		durKeyed := r.run(k.name, "round trip, durable store, with messageIds", onBus(k, func(b *testing.B, h bustest.Harness) {
+			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			brokertest.BenchmarkKeyedRoundTripOn(b, h, st)
+		}))
+		durKeyed.compare(dur, latency, 0)
+		r.add(durKeyed)
 	}
 }
 

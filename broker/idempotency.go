@@ -13,7 +13,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// Idempotency (docs/PROTOCOL.md §5.6): a change that carries a client's
+// Idempotency (docs/PROTOCOL.md §4.11): a change that carries a client's
 // key is applied once. The key of a send that creates a task is kept with
 // the task and indexed by the requester instance (store.FindSend); the
 // keys of later changes are kept in the task's record (store.Applied);

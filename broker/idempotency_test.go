@@ -201,7 +201,7 @@ func TestConcurrentRetriesMakeOneTask(t *testing.T) {
 
 // The window: a send's key lasts as long as its task is stored, an
 // update's as long as it is among the task's last store.MaxApplied keyed
-// changes. Past that, a retry is a new change (docs/PROTOCOL.md §5.6).
+// changes. Past that, a retry is a new change (docs/PROTOCOL.md §4.11).
 func TestARetryAfterItsKeyLeftTheWindowIsANewChange(t *testing.T) {
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
@@ -240,4 +240,16 @@ func TestARetryAfterItsKeyLeftTheWindowIsANewChange(t *testing.T) {
 	after, err := reply("r-0")
 	require.NoError(t, err)
 	assert.Len(t, after.History, len(before.History)+1, "out of the window, the retry is appended again")
+}
+
+func TestAKeyParamOverTheIDLimitIsInvalidParams(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	a := e.register("chat-1", "discussant")
+	b := e.register("chat-2", "scribe")
+	task := a.mustSend(b.id, "x")
+	long := string(make([]byte, wire.MaxIDBytes+1))
+	_, err := a.tryTask(wire.MethodCancelTask, map[string]any{"taskId": task.ID, "messageId": long})
+	requireCode(t, err, wire.ErrInvalidParams)
+	_, err = b.tryTask(wire.MethodUpdateTask, map[string]any{"taskId": task.ID, "state": wire.StateWorking, "messageId": long})
+	requireCode(t, err, wire.ErrInvalidParams)
 }

@@ -46,7 +46,7 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 	if err := validObject("metadata", p.Metadata); err != nil {
 		return nil, err
 	}
-	// A client's messageId is the send's idempotency key (PROTOCOL §5.6).
+	// A client's messageId is the send's idempotency key (PROTOCOL §4.11).
 	k := key{name: p.Message.MessageID}
 	if k.name != "" {
 		k.digest = sendDigest(&p)
@@ -517,8 +517,8 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 			k.name = p.Message.MessageID
 		}
 		if k.name != "" {
-			if err := wire.ValidateID("messageId", k.name); err != nil {
-				return nil, wire.ErrInvalidParams.Withf("%v", err)
+			if len(k.name) > wire.MaxIDBytes {
+				return nil, wire.ErrInvalidParams.Withf("messageId: longer than %d bytes", wire.MaxIDBytes)
 			}
 			k.digest = digest(updateIntent{Method: wire.MethodUpdateTask, State: p.State, Message: asSent(p.Message), Artifacts: p.Artifacts})
 		}
@@ -541,8 +541,8 @@ func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params j
 	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		k := key{name: p.MessageID}
 		if k.name != "" {
-			if err := wire.ValidateID("messageId", k.name); err != nil {
-				return nil, wire.ErrInvalidParams.Withf("%v", err)
+			if len(k.name) > wire.MaxIDBytes {
+				return nil, wire.ErrInvalidParams.Withf("messageId: longer than %d bytes", wire.MaxIDBytes)
 			}
 			k.digest = digest(updateIntent{Method: wire.MethodCancelTask, State: wire.StateCanceled})
 		}

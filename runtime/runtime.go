@@ -46,7 +46,7 @@ type Config struct {
 // Retry is how often, and how far apart, a change whose answer was lost
 // (the broker unreachable: a lost connection, a restart) is tried again.
 // Every change carries a messageId, so the broker applies it once
-// however often it is tried (docs/PROTOCOL.md §5.6).
+// however often it is tried (docs/PROTOCOL.md §4.11).
 type Retry struct {
 	// Attempts is how many times a change is tried in all.
 	Attempts int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,6 +91,17 @@ func BenchmarkRoundTrip(b *testing.B, h bustest.Harness) { BenchmarkRoundTripOn(
 // st (nil: the memory store): with a durable store, both changes of a
 // round trip wait for the disk.
 func BenchmarkRoundTripOn(b *testing.B, h bustest.Harness, st store.Store) {
+	roundTrips(b, h, st, false)
+}
+
+// BenchmarkKeyedRoundTripOn is BenchmarkRoundTripOn with an idempotency
+// key on the send and on the update, as the runtime sends them: the
+// broker looks each key up and keeps it.
+func BenchmarkKeyedRoundTripOn(b *testing.B, h bustest.Harness, st store.Store) {
+	roundTrips(b, h, st, true)
+}
+
+func roundTrips(b *testing.B, h bustest.Harness, st store.Store, keyed bool) {
 	defer benchBroker(b, h, broker.Config{MaxTasksPerContext: 1 << 30, Store: st})()
 	ctx := context.Background()
 	req := benchRegister(b, h, "rt-1", "requester", true)
@@ -100,11 +112,18 @@ func BenchmarkRoundTripOn(b *testing.B, h bustest.Harness, st store.Store) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
+		update := wire.UpdateParams{Token: asg.token, State: wire.StateCompleted}
+		if keyed {
+			m := *send.Message
+			m.MessageID = "send-" + strconv.Itoa(i)
+			send.Message, update.MessageID = &m, "update-"+strconv.Itoa(i)
+		}
 		if _, err := req.sess.Call(ctx, wire.MethodSend, send); err != nil {
 			b.Fatal(err)
 		}
 		created := asg.next(b)
-		if _, err := asg.sess.Call(ctx, wire.MethodUpdateTask, wire.UpdateParams{Token: asg.token, TaskID: created.TaskID, State: wire.StateCompleted}); err != nil {
+		update.TaskID = created.TaskID
+		if _, err := asg.sess.Call(ctx, wire.MethodUpdateTask, update); err != nil {
 			b.Fatal(err)
 		}
 		if done := req.next(b); !done.Final {

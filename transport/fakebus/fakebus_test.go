@@ -33,3 +33,21 @@ func TestConformanceOwner(t *testing.T) {
 	bustest.Run(t, f, newHarness)
 	brokertest.Run(t, f, newHarness)
 }
+
+// BenchmarkRoundTrip compares a round trip without and with idempotency
+// keys on the fake bus, where the broker's own work is most of the cost:
+// go test -bench RoundTrip -count 10 ./transport/fakebus.
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, keyed := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "keyed"}[keyed], func(b *testing.B) {
+			bus := fakebus.New(fakebus.Config{})
+			defer bus.Close()
+			h := bustest.Harness{Bus: bus, Client: bus}
+			if keyed {
+				brokertest.BenchmarkKeyedRoundTripOn(b, h, nil)
+			} else {
+				brokertest.BenchmarkRoundTripOn(b, h, nil)
+			}
+		})
+	}
+}
