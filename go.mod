@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/cockroachdb/pebble/v2 v2.1.7
+	github.com/go-json-experiment/json v1.27.2
 	github.com/gofrs/flock v0.13.2
 	github.com/google/uuid v1.6.0
 	github.com/nats-io/nats-server/v2 v2.15.2

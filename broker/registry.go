@@ -208,9 +208,9 @@ func claimsOtherSession(from transport.Caller, params json.RawMessage) bool {
 	var claim struct {
 		ContextID json.RawMessage `json:"contextId"`
 	}
-	_ = json.Unmarshal(params, &claim)
+	_ = wire.Unmarshal(params, &claim)
 	var ctxID string
-	return json.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session
+	return wire.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session
 }
 
 func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
@@ -260,9 +260,9 @@ func (b *Broker) caller(from transport.Caller, params json.RawMessage, v any, to
 		var tp struct {
 			Token json.RawMessage `json:"token"`
 		}
-		_ = json.Unmarshal(params, &tp)
+		_ = wire.Unmarshal(params, &tp)
 		var tok string
-		_ = json.Unmarshal(tp.Token, &tok)
+		_ = wire.Unmarshal(tp.Token, &tok)
 		if _, err := b.authenticate(from, tok); err != nil {
 			return nil, err
 		}

@@ -107,7 +107,7 @@ func (f *Feed) sync(ctx context.Context) error {
 		return fmt.Errorf("runtime: learn where the session stands: %w", err)
 	}
 	var res wire.ReplayResult
-	if err := json.Unmarshal(raw, &res); err != nil || res.Epoch == "" {
+	if err := wire.Unmarshal(raw, &res); err != nil || res.Epoch == "" {
 		return fmt.Errorf("runtime: learn where the session stands: a bad replay result")
 	}
 	f.epoch, f.next = res.Epoch, res.LastSeq+1
@@ -120,7 +120,7 @@ func (f *Feed) replay(ctx context.Context, epoch string, after uint64) (*wire.Re
 		return nil, err
 	}
 	var res wire.ReplayResult
-	if err := json.Unmarshal(raw, &res); err != nil {
+	if err := wire.Unmarshal(raw, &res); err != nil {
 		return nil, fmt.Errorf("runtime: bad replay result: %w", err)
 	}
 	return &res, nil

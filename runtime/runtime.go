@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -328,7 +327,7 @@ func (r *Runtime) call(ctx context.Context, method string, params, result any) e
 	if result == nil {
 		return nil
 	}
-	if err := json.Unmarshal(raw, result); err != nil {
+	if err := wire.Unmarshal(raw, result); err != nil {
 		return fmt.Errorf("runtime: bad %s result: %w", method, err)
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 	"unicode/utf8"
 )
@@ -289,7 +288,7 @@ func DecodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpc
 	}
 	if env.Error != nil && !bytes.Equal(env.Error, null) {
 		var e Error
-		if err := json.Unmarshal(env.Error, &e); err != nil {
+		if err := Unmarshal(env.Error, &e); err != nil {
 			return env.ID, nil, nil, fmt.Errorf("%w: bad error object: %v", ErrNotResponse, err)
 		}
 		return env.ID, nil, &e, nil
@@ -345,11 +344,8 @@ func DecodeParams(params json.RawMessage, v any) *Error {
 	if !ParamsObject(params) {
 		return ErrInvalidParams.Withf("params must be an object")
 	}
-	if mayHaveCaseVariants(params) {
-		params, _ = dropCaseVariants(params, reflect.TypeOf(v))
-	}
-	if err := json.Unmarshal(params, v); err != nil {
-		return ErrInvalidParams.Withf("%s", jsonProblem(err))
+	if err := Unmarshal(params, v); err != nil {
+		return ErrInvalidParams.Withf("%s", decodeProblem(err))
 	}
 	return nil
 }

@@ -270,7 +270,7 @@ func DecodeEvent(raw []byte) (*Event, error) {
 		Method string      `json:"method"`
 		Params eventParams `json:"params"`
 	}
-	if err := json.Unmarshal(raw, &n); err != nil {
+	if err := Unmarshal(raw, &n); err != nil {
 		return nil, err
 	}
 	p := &n.Params

@@ -41,6 +41,7 @@ import (
 	"github.com/gofrs/flock"
 
 	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // SchemaVersion is the version of the key layout this package writes.
@@ -771,7 +772,7 @@ func getRecord(r reader, id string) (*store.Record, error) {
 
 func decodeRecord(id string, data []byte) (*store.Record, error) {
 	var rec store.Record
-	if err := json.Unmarshal(data, &rec); err != nil {
+	if err := wire.Unmarshal(data, &rec); err != nil {
 		return nil, fmt.Errorf("%w: task %s: %v", ErrCorrupt, id, err)
 	}
 	return &rec, nil
