@@ -25,3 +25,6 @@ func OnLockingInstance(t interface{ Cleanup(func()) }, fn func(instance string))
 	testHookLockingInstance = fn
 	t.Cleanup(func() { testHookLockingInstance = nil })
 }
+
+// PushWindows is how many instances have a window of push keys.
+func (b *Broker) PushWindows() int { return b.pushes.windows() }

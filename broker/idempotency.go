@@ -9,6 +9,8 @@ import (
 	"hash/maphash"
 	"sync"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -48,14 +50,55 @@ func digest(v any) string {
 }
 
 // asSent is a message as its sender wrote it, without what the broker
-// sets on it.
+// sets on it, and with its JSON values canonical.
 func asSent(m *wire.Message) *wire.Message {
 	if m == nil {
 		return nil
 	}
 	c := *m
 	c.Role, c.From, c.TaskID, c.ContextID = "", "", "", ""
+	c.Metadata = canonical(c.Metadata)
+	c.Parts = canonicalParts(c.Parts)
 	return &c
+}
+
+func canonicalParts(parts []wire.Part) []wire.Part {
+	out := make([]wire.Part, len(parts))
+	for i, p := range parts {
+		p.Data, p.Metadata = canonical(p.Data), canonical(p.Metadata)
+		if p.Kind == wire.KindData && p.Data == nil {
+			p.Data = json.RawMessage("null") // data null is data, not absence
+		}
+		out[i] = p
+	}
+	return out
+}
+
+func canonicalArtifacts(as []wire.Artifact) []wire.Artifact {
+	out := make([]wire.Artifact, len(as))
+	for i, a := range as {
+		a.Metadata, a.Parts = canonical(a.Metadata), canonicalParts(a.Parts)
+		out[i] = a
+	}
+	return out
+}
+
+// canonical is raw JSON in its RFC 8785 canonical form (members sorted,
+// numbers and strings in one spelling, no white space), so that a retry
+// re-encoded by another JSON library has the same digest; null is
+// absence.
+func canonical(raw json.RawMessage) json.RawMessage {
+	if raw == nil || string(raw) == "null" {
+		return nil
+	}
+	v := jsontext.Value(bytes.Clone(raw))
+	if v.Canonicalize() != nil {
+		return raw
+	}
+	if string(v) == "null" {
+		return nil
+	}
+	return json.RawMessage(v)
 }
 
 // The changes a key can name, as digested.
@@ -77,34 +120,19 @@ type (
 )
 
 func sendDigest(p *wire.SendParams) string {
-	return digest(sendIntent{Method: wire.MethodSend, To: p.To, TaskID: p.TaskID, Oneway: p.Oneway, Message: asSent(p.Message), Metadata: compact(p.Metadata)})
+	return digest(sendIntent{Method: wire.MethodSend, To: p.To, TaskID: p.TaskID, Oneway: p.Oneway, Message: asSent(p.Message), Metadata: canonical(p.Metadata)})
 }
 
-// compact drops the insignificant white space of raw JSON, so that a
-// retry's re-encoding of the same metadata has the same digest.
-func compact(raw json.RawMessage) json.RawMessage {
-	if raw == nil {
-		return nil
-	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, raw) != nil {
-		return raw
-	}
-	return buf.Bytes()
+func updateDigest(p *wire.UpdateParams) string {
+	return digest(updateIntent{Method: wire.MethodUpdateTask, State: p.State, Message: asSent(p.Message), Artifacts: canonicalArtifacts(p.Artifacts)})
 }
 
-// key is one change's idempotency key within a task. The two members
-// keep theirs apart: each names its own changes.
+// key is one change's idempotency key within a task, made by one member
+// instance: each member's keys are its own.
 type key struct {
+	by     string // the member instance
 	name   string // "" means the change has none
 	digest string
-}
-
-func memberKey(m member, k string) string {
-	if m == assignee {
-		return "a:" + k
-	}
-	return "r:" + k
 }
 
 // errApplied aborts a change whose key the task already holds with the
@@ -120,13 +148,24 @@ func checkKey(r *store.Record, k key) error {
 	if k.name == "" {
 		return nil
 	}
-	if d, ok := r.FindApplied(k.name); ok {
+	if err := appliedAs(r, k); err != nil {
+		return err
+	}
+	r.Apply(k.by, k.name, k.digest)
+	return nil
+}
+
+// appliedAs is errApplied, errKeyReused, or nil when r holds no such key.
+func appliedAs(r *store.Record, k key) error {
+	if k.name == "" {
+		return nil
+	}
+	if d, ok := r.FindApplied(k.by, k.name); ok {
 		if d == k.digest {
 			return errApplied
 		}
 		return errKeyReused
 	}
-	r.Apply(k.name, k.digest)
 	return nil
 }
 
@@ -136,36 +175,69 @@ func keyReused(name string) *wire.Error {
 
 // pushWindow remembers, per sender instance, the keys of its latest
 // oneway pushes: pushes are not stored, so neither are their keys, and a
-// broker restart forgets them.
+// broker restart forgets them. A key is kept as its hash, so that an
+// entry costs the same whatever the key's length.
 type pushWindow struct {
 	mu   sync.Mutex
 	byIn map[string]*pushKeys
 }
 
-// pushWindowSize bounds the keys kept per sender instance.
-const pushWindowSize = 256
+// pushWindowSize bounds the keys kept per sender instance: at about 100
+// bytes an entry, 6.4 KB per instance.
+const pushWindowSize = 64
 
 type pushKeys struct {
 	mu    sync.Mutex
-	order []string
-	seen  map[string]pushSeen
+	order [][16]byte
+	seen  map[[16]byte]pushSeen
 }
 
-type pushSeen struct{ digest, delivered string }
+type pushSeen struct {
+	digest    string
+	delivered string // the recipient's agentId
+}
 
-// of returns the window of an instance, made on first use.
-func (w *pushWindow) of(instance string) *pushKeys {
+func pushKeyOf(name string) [16]byte {
+	sum := sha256.Sum256([]byte(name))
+	return [16]byte(sum[:16])
+}
+
+// find returns what a push under this key did, if the window holds it.
+func (w *pushWindow) find(instance, name string) (pushSeen, bool) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	k := w.byIn[instance]
+	w.mu.Unlock()
+	if k == nil {
+		return pushSeen{}, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, ok := k.seen[pushKeyOf(name)]
+	return s, ok
+}
+
+// record adds a push's key to its sender's window. The caller holds the
+// sender (agent.enter), so that a departure's forget comes after it.
+func (w *pushWindow) record(instance, name string, s pushSeen) {
+	w.mu.Lock()
 	if w.byIn == nil {
 		w.byIn = map[string]*pushKeys{}
 	}
 	k := w.byIn[instance]
 	if k == nil {
-		k = &pushKeys{seen: map[string]pushSeen{}}
+		k = &pushKeys{seen: map[[16]byte]pushSeen{}}
 		w.byIn[instance] = k
 	}
-	return k
+	w.mu.Unlock()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.order) >= pushWindowSize {
+		delete(k.seen, k.order[0])
+		k.order = k.order[1:]
+	}
+	h := pushKeyOf(name)
+	k.order = append(k.order, h)
+	k.seen[h] = s
 }
 
 // forget drops a departed instance's window.
@@ -175,20 +247,9 @@ func (w *pushWindow) forget(instance string) {
 	w.mu.Unlock()
 }
 
-func (k *pushKeys) find(name string) (pushSeen, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	s, ok := k.seen[name]
-	return s, ok
-}
-
-func (k *pushKeys) record(name string, s pushSeen) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if len(k.order) >= pushWindowSize {
-		delete(k.seen, k.order[0])
-		k.order = k.order[1:]
-	}
-	k.order = append(k.order, name)
-	k.seen[name] = s
+// windows is how many instances have a push window, for tests.
+func (w *pushWindow) windows() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byIn)
 }

@@ -47,7 +47,7 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 		return nil, err
 	}
 	// A client's messageId is the send's idempotency key (PROTOCOL §4.11).
-	k := key{name: p.Message.MessageID}
+	k := key{by: self.instance, name: p.Message.MessageID}
 	if k.name != "" {
 		k.digest = sendDigest(&p)
 	}
@@ -61,18 +61,14 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 		defer self.leave()
 		return b.sendOnTask(ctx, self, &p, k)
 	}
-	if p.To == self.id {
-		return nil, wire.ErrInvalidParams.Withf("to: an agent cannot send to itself")
-	}
 	if k.name != "" {
-		// Before the peer is resolved: a retry returns what the first
-		// attempt made, even if the peer has gone since.
-		// One key names one send, a push or a task: each looks in both,
-		// under the key's lock.
+		// Before anything about the addressee is checked: a retry returns
+		// what the first attempt made, even if the peer has gone or been
+		// renamed since. One key names one send, a push or a task: each
+		// looks in both, under the key's lock.
 		unlock := b.lockSend(self.instance, k.name)
 		defer unlock()
-		w := b.pushes.of(self.instance)
-		if seen, ok := w.find(k.name); ok {
+		if seen, ok := b.pushes.find(self.instance, k.name); ok {
 			if seen.digest != k.digest {
 				return nil, keyReused(k.name)
 			}
@@ -88,13 +84,18 @@ func (b *Broker) send(ctx context.Context, from transport.Caller, params json.Ra
 		case !errors.Is(err, store.ErrNotFound):
 			return nil, b.storeFailure("find a sent task", err)
 		}
-		if p.Oneway {
-			res, err := b.pushTo(self, p.To, p.Message)
-			if err == nil {
-				w.record(k.name, pushSeen{digest: k.digest, delivered: res.Delivered})
-			}
-			return res, err
+	}
+	if p.To == self.id {
+		return nil, wire.ErrInvalidParams.Withf("to: an agent cannot send to itself")
+	}
+	if k.name != "" && p.Oneway {
+		res, err := b.pushTo(self, p.To, p.Message)
+		if err == nil && self.enter() {
+			// Held, so that a departure's forget of the window follows.
+			b.pushes.record(self.instance, k.name, pushSeen{digest: k.digest, delivered: res.Delivered})
+			self.leave()
 		}
+		return res, err
 	}
 	peer, err := b.resolvePeer(self, p.To)
 	if err != nil {
@@ -364,6 +365,15 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	if werr != nil {
 		return nil, werr
 	}
+	if err := appliedAs(rec, k); err != nil {
+		// A retry: answered before the addressee is checked again, for
+		// it may have been renamed since. (Update checks again, under
+		// the task's lock, for a retry that races its first attempt.)
+		unlock := b.lockTask(rec.Task.ID)
+		defer unlock()
+		res, werr, _ := b.keyOutcome(ctx, rec.Task.ID, k.name, err)
+		return res, werr
+	}
 	otherID, otherSession := b.counterpart(rec, m)
 	if p.To != "" {
 		recorded := rec.Task.AgentName
@@ -382,9 +392,6 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	grows := jsonLen(&msg) + 1
 	unlock := b.lockTask(rec.Task.ID)
 	defer unlock()
-	if k.name != "" {
-		k.name = memberKey(m, k.name)
-	}
 	rec, err := b.store.Update(ctx, rec.Task.ID, func(r *store.Record) error {
 		if err := checkKey(r, k); err != nil {
 			return err
@@ -505,14 +512,7 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 				return nil, wire.ErrInvalidParams.Withf("%v", err)
 			}
 		}
-		rec, m, werr := b.loadTask(ctx, self, p.TaskID)
-		if werr != nil {
-			return nil, werr
-		}
-		if m != assignee {
-			return nil, wire.ErrInvalidTransition.Withf("only the assignee updates a task; cancel it instead")
-		}
-		k := key{name: p.MessageID}
+		k := key{by: self.instance, name: p.MessageID}
 		if k.name == "" && p.Message != nil {
 			k.name = p.Message.MessageID
 		}
@@ -520,7 +520,14 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 			if len(k.name) > wire.MaxIDBytes {
 				return nil, wire.ErrInvalidParams.Withf("messageId: longer than %d bytes", wire.MaxIDBytes)
 			}
-			k.digest = digest(updateIntent{Method: wire.MethodUpdateTask, State: p.State, Message: asSent(p.Message), Artifacts: p.Artifacts})
+			k.digest = updateDigest(&p)
+		}
+		rec, m, werr := b.loadTask(ctx, self, p.TaskID)
+		if werr != nil {
+			return nil, werr
+		}
+		if m != assignee {
+			return nil, wire.ErrInvalidTransition.Withf("only the assignee updates a task; cancel it instead")
 		}
 		var msg *wire.Message
 		if p.Message != nil {
@@ -539,7 +546,7 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
 	var p wire.CancelParams
 	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
-		k := key{name: p.MessageID}
+		k := key{by: self.instance, name: p.MessageID}
 		if k.name != "" {
 			if len(k.name) > wire.MaxIDBytes {
 				return nil, wire.ErrInvalidParams.Withf("messageId: longer than %d bytes", wire.MaxIDBytes)
@@ -570,10 +577,6 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 	for i := range artifacts {
 		grows += jsonLen(&artifacts[i]) + 1
 	}
-	name := k.name
-	if k.name != "" {
-		k.name = memberKey(m, k.name)
-	}
 	unlock := b.lockTask(id)
 	defer unlock()
 	rec, err := b.store.Update(ctx, id, func(r *store.Record) error {
@@ -602,7 +605,7 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 		r.Task.UpdatedAt = now
 		return nil
 	})
-	if res, werr, done := b.keyOutcome(ctx, id, name, err); done {
+	if res, werr, done := b.keyOutcome(ctx, id, k.name, err); done {
 		return res, werr
 	}
 	if errors.Is(err, errTerminal) {
@@ -627,6 +630,9 @@ func (b *Broker) keyOutcome(ctx context.Context, id, name string, err error) (an
 		return nil, keyReused(name), true
 	case errors.Is(err, errApplied):
 		rec, gerr := b.store.Get(ctx, id)
+		if errors.Is(gerr, store.ErrNotFound) {
+			return nil, wire.ErrUnknownTask.Withf("no task %s: it ended and has been pruned", wire.Quote(id)), true
+		}
 		if gerr != nil {
 			return nil, b.storeFailure("read task", gerr), true
 		}

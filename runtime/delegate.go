@@ -235,9 +235,13 @@ func (d *Delegate) change(ctx context.Context, method string, params func(token 
 	return t, err
 }
 
-// keyed returns msg with a messageId: its own, else a new one.
+// keyed returns msg with a messageId, the key that makes its call
+// retry-safe: its own when the caller set one, else a new one. A message
+// the delegate received (the broker set its from) is a new message when
+// sent on: it gets a new id too, so that forwarding one message to two
+// peers makes two tasks.
 func keyed(msg wire.Message) wire.Message {
-	if msg.MessageID == "" {
+	if msg.MessageID == "" || msg.From != "" {
 		msg.MessageID = uuid.NewString()
 	}
 	return msg
@@ -268,6 +272,14 @@ func (d *Delegate) Peers(ctx context.Context) ([]wire.AgentCard, error) {
 // Send creates a task for a peer. to names it; "" lets the broker choose
 // the single peer of this session, else the single peer of the others.
 // metadata, when not nil, is kept with the task.
+//
+// Send, Push, Reply, Update and Cancel are retry-safe: each call carries
+// an idempotency key (the message's messageId when the caller set one,
+// else a new one; docs/PROTOCOL.md §4.11) and is tried again with it
+// while its answer is lost (Config.Retry). A caller that sets messageId
+// itself says "this is one intent": a second call with the same id and
+// content returns the first call's task, and the same id with other
+// content fails with -32602. Leave it empty for a new message each call.
 func (d *Delegate) Send(ctx context.Context, to string, msg wire.Message, metadata map[string]any) (*wire.Task, error) {
 	var meta json.RawMessage
 	if metadata != nil {

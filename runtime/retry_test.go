@@ -146,3 +146,36 @@ func TestAChangeIsRetriedABoundedNumberOfTimes(t *testing.T) {
 	lossA.mu.Unlock()
 	assert.Equal(t, 1, e.count(t), "and still one task")
 }
+
+// A delegate that sends on a message it received (which carries the
+// broker's messageId) sends a new message: to two peers, two tasks; to the
+// same peer after a failure, a new task.
+func TestForwardingAReceivedMessageIsANewMessage(t *testing.T) {
+	e := newFaultEnv(t)
+	user, err := e.runtime(t, "s0").Spawn(ctxT(t), wire.AgentCard{Name: "user"})
+	require.NoError(t, err)
+	rt := e.runtime(t, "s1")
+	router, err := rt.Spawn(ctxT(t), wire.AgentCard{Name: "router"})
+	require.NoError(t, err)
+	w1, err := e.runtime(t, "s2").Spawn(ctxT(t), wire.AgentCard{Name: "w1"})
+	require.NoError(t, err)
+	_, err = e.runtime(t, "s3").Spawn(ctxT(t), wire.AgentCard{Name: "w2"})
+	require.NoError(t, err)
+
+	_, err = user.Push(ctxT(t), "router", wire.Message{Parts: []wire.Part{wire.TextPart("job")}})
+	require.NoError(t, err)
+	ev, err := router.Wait(ctxT(t))
+	require.NoError(t, err)
+	require.NotNil(t, ev.Push)
+	in := *ev.Push.Message
+	t1, err := router.Send(ctxT(t), "w1", in, nil)
+	require.NoError(t, err)
+	_, err = router.Send(ctxT(t), "w2", in, nil)
+	assert.NoError(t, err, "fan-out of a received message")
+
+	_, err = w1.Update(ctxT(t), t1.ID, wire.StateFailed, nil)
+	require.NoError(t, err)
+	t3, err := router.Send(ctxT(t), "w1", in, nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, t1.ID, t3.ID, "re-submitting after a failure makes a new task")
+}

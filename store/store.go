@@ -52,17 +52,21 @@ type Record struct {
 	SendKey    string `json:"sendKey,omitempty"`
 	SendDigest string `json:"sendDigest,omitempty"`
 	// Applied are the idempotency keys of the latest changes made to the
-	// task after its creation (messages, updates, cancels), oldest first,
-	// at most MaxApplied.
+	// task after its creation (messages, updates, cancels), oldest first:
+	// at most MaxApplied per member, so that neither member's changes can
+	// push the other's keys out.
 	Applied []Applied `json:"applied,omitempty"`
 }
 
-// MaxApplied bounds Record.Applied: a retry of a change older than the
-// task's last MaxApplied keyed changes is no longer recognized.
+// MaxApplied bounds a member's keys in Record.Applied: a retry of a
+// change older than that member's last MaxApplied keyed changes to the
+// task is no longer recognized.
 const MaxApplied = 64
 
-// Applied is one change's idempotency key, with the digest of the change.
+// Applied is one change's idempotency key, with the instance that made
+// the change and its digest.
 type Applied struct {
+	By     string `json:"by"`
 	Key    string `json:"key"`
 	Digest string `json:"digest"`
 }
@@ -75,22 +79,34 @@ func (r *Record) Clone() *Record {
 	return &c
 }
 
-// FindApplied returns the digest recorded under key, and whether there is one.
-func (r *Record) FindApplied(key string) (string, bool) {
+// FindApplied returns the digest instance by recorded under key, and
+// whether there is one.
+func (r *Record) FindApplied(by, key string) (string, bool) {
 	for i := len(r.Applied) - 1; i >= 0; i-- {
-		if r.Applied[i].Key == key {
-			return r.Applied[i].Digest, true
+		if a := r.Applied[i]; a.By == by && a.Key == key {
+			return a.Digest, true
 		}
 	}
 	return "", false
 }
 
-// Apply records a change's key, dropping the oldest beyond MaxApplied.
-func (r *Record) Apply(key, digest string) {
-	if len(r.Applied) >= MaxApplied {
-		r.Applied = slices.Delete(r.Applied, 0, len(r.Applied)-MaxApplied+1)
+// Apply records a change's key, dropping by's oldest beyond MaxApplied.
+func (r *Record) Apply(by, key, digest string) {
+	n := 0
+	for _, a := range r.Applied {
+		if a.By == by {
+			n++
+		}
 	}
-	r.Applied = append(r.Applied, Applied{Key: key, Digest: digest})
+	if n >= MaxApplied {
+		for i, a := range r.Applied {
+			if a.By == by {
+				r.Applied = slices.Delete(r.Applied, i, i+1)
+				break
+			}
+		}
+	}
+	r.Applied = append(r.Applied, Applied{By: by, Key: key, Digest: digest})
 }
 
 // Role selects tasks by the instance's part in them.

@@ -45,7 +45,11 @@ import (
 )
 
 // SchemaVersion is the version of the key layout this package writes.
-const SchemaVersion = 1
+// 2 adds the send index (roleSend) and the records' idempotency keys: a
+// version 1 store is one without them, and is marked 2 when opened, so
+// that a broker that knows only 1 (and would drop the keys on update)
+// refuses it.
+const SchemaVersion = 2
 
 // DirName is the name of the database folder in the data directory.
 const DirName = "tasks"
@@ -78,9 +82,8 @@ const (
 	roleRequester = 'r'
 	roleAssignee  = 'a'
 	// A member key of this role is instance \x00 's' \x00 SendKey -> id:
-	// the index FindSend reads. It sorts apart from the two roles, so
-	// List never walks it, and needs no schema change: a store without it
-	// is a store whose tasks have no SendKey.
+	// the index FindSend reads (schema 2). It sorts apart from the two
+	// roles, so List never walks it.
 	roleSend = 's'
 )
 
@@ -371,6 +374,11 @@ func check(db *pebble.DB, path string) error {
 	}
 	if version > SchemaVersion {
 		return fmt.Errorf("%w: %s has schema %d, this broker knows up to %d", ErrNewerSchema, path, version, SchemaVersion)
+	}
+	if version < SchemaVersion {
+		if err := prepare(db, path); err != nil {
+			return err
+		}
 	}
 	it, err := db.NewIter(nil)
 	if err != nil {

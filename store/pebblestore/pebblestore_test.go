@@ -101,7 +101,33 @@ func TestANewerSchemaIsRefused(t *testing.T) {
 	require.NoError(t, db.Close())
 	_, err = pebblestore.Open(dir, pebblestore.Options{})
 	assert.ErrorIs(t, err, pebblestore.ErrNewerSchema)
-	assert.Contains(t, err.Error(), "schema 2")
+	assert.Contains(t, err.Error(), fmt.Sprintf("schema %d", pebblestore.SchemaVersion+1))
+}
+
+// A store of schema 1 (before the send index) opens, and is marked as
+// the current schema, so that a broker of schema 1 refuses it after.
+func TestAnOlderSchemaIsMarkedCurrent(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c1", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	db, err := pebble.Open(filepath.Join(dir, pebblestore.DirName), &pebble.Options{Logger: quiet{}})
+	require.NoError(t, err)
+	require.NoError(t, db.Set([]byte("mschema"), []byte("1"), pebble.Sync))
+	require.NoError(t, db.Close())
+
+	s = open(t, dir)
+	got, err := s.Get(context.Background(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, "t1", got.Task.ID)
+	require.NoError(t, s.Close())
+	db, err = pebble.Open(filepath.Join(dir, pebblestore.DirName), &pebble.Options{Logger: quiet{}})
+	require.NoError(t, err)
+	v, closer, err := db.Get([]byte("mschema"))
+	require.NoError(t, err)
+	assert.Equal(t, fmt.Sprint(pebblestore.SchemaVersion), string(v))
+	closer.Close()
+	require.NoError(t, db.Close())
 }
 
 // damageMiddle overwrites bytes in the middle of each file of the store

@@ -60,7 +60,7 @@ func testReopen(t *testing.T, d Durable) {
 	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t2", "c1", "a", "b", 1), "m2", "d2"), 2))
 	_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
 		r.Task.Status.State = wire.StateCompleted
-		r.Apply("k1", "d1")
+		r.Apply("a", "k1", "d1")
 		return nil
 	})
 	require.NoError(t, err)
@@ -71,7 +71,7 @@ func testReopen(t *testing.T, d Durable) {
 	got, err := s.Get(ctx(), "t1")
 	require.NoError(t, err)
 	assert.Equal(t, wire.StateCompleted, got.Task.Status.State)
-	assert.Equal(t, []store.Applied{{Key: "k1", Digest: "d1"}}, got.Applied, "idempotency keys survive")
+	assert.Equal(t, []store.Applied{{By: "a", Key: "k1", Digest: "d1"}}, got.Applied, "idempotency keys survive")
 	got, err = s.FindSend(ctx(), "a", "m2")
 	require.NoError(t, err, "the send index survives")
 	assert.Equal(t, "t2", got.Task.ID)

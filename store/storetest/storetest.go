@@ -47,7 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CloseIsIdempotentAndEndsUse", testClose},
 		{"FindSendFindsATaskByItsRequesterAndKey", testFindSend},
 		{"FindSendForgetsAPrunedTask", testFindSendPruned},
-		{"AppliedKeysAreKeptWithTheTaskAndBounded", testApplied},
+		{"AppliedKeysAreKeptWithTheTaskAndBoundedPerMember", testApplied},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -526,22 +526,32 @@ func testFindSendPruned(t *testing.T, s store.Store) {
 
 func testApplied(t *testing.T, s store.Store) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	require.NoError(t, update(s, "t1", func(r *store.Record) { r.Apply("a", "mine", "d") }))
 	for i := range store.MaxApplied + 3 {
-		_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
-			r.Apply(fmt.Sprint("k", i), fmt.Sprint("d", i))
-			return nil
-		})
-		require.NoError(t, err)
+		require.NoError(t, update(s, "t1", func(r *store.Record) { r.Apply("b", fmt.Sprint("k", i), fmt.Sprint("d", i)) }))
 	}
 	got, err := s.Get(ctx(), "t1")
 	require.NoError(t, err)
-	require.Len(t, got.Applied, store.MaxApplied)
-	_, ok := got.FindApplied("k2")
+	require.Len(t, got.Applied, store.MaxApplied+1)
+	_, ok := got.FindApplied("b", "k2")
 	assert.False(t, ok, "the oldest keys leave the window")
-	d, ok := got.FindApplied("k3")
+	d, ok := got.FindApplied("b", "k3")
 	assert.True(t, ok)
 	assert.Equal(t, "d3", d)
-	d, ok = got.FindApplied(fmt.Sprint("k", store.MaxApplied+2))
+	d, ok = got.FindApplied("b", fmt.Sprint("k", store.MaxApplied+2))
 	assert.True(t, ok)
 	assert.Equal(t, fmt.Sprint("d", store.MaxApplied+2), d)
+	d, ok = got.FindApplied("a", "mine")
+	assert.True(t, ok, "one member's changes never push out the other's keys")
+	assert.Equal(t, "d", d)
+	_, ok = got.FindApplied("b", "mine")
+	assert.False(t, ok, "keys are per member")
+}
+
+func update(s store.Store, id string, fn func(*store.Record)) error {
+	_, err := s.Update(ctx(), id, func(r *store.Record) error {
+		fn(r)
+		return nil
+	})
+	return err
 }
