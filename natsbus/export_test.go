@@ -2,3 +2,9 @@ package natsbus
 
 // Redact is redact, for tests.
 var Redact = redact
+
+// PlainToken and B64Token are the token alphabet checks, for tests.
+var (
+	PlainToken = plainToken
+	B64Token   = b64Token
+)

@@ -1,6 +1,7 @@
 package natsbus_test
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -80,6 +81,21 @@ func FuzzSubjectToken(f *testing.F) {
 			if (got == id) != (other == tok) {
 				t.Fatalf("two tokens for one id: %q and %q -> %q", tok, other, id)
 			}
+		}
+	})
+}
+
+// FuzzTokenCharsMatchTheRegexp: the loops accept exactly what the
+// documented patterns do.
+func FuzzTokenCharsMatchTheRegexp(f *testing.F) {
+	plain := regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	b64 := regexp.MustCompile(`^~[A-Za-z0-9_-]+$`)
+	for _, s := range []string{"", "a", "~", "~a", "chat-1", "a b", "~YQ", strings.Repeat("x", 129), "é", "a\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if natsbus.PlainToken(s) != plain.MatchString(s) || natsbus.B64Token(s) != b64.MatchString(s) {
+			t.Fatalf("%q: plain %v/%v, b64 %v/%v", s, natsbus.PlainToken(s), plain.MatchString(s), natsbus.B64Token(s), b64.MatchString(s))
 		}
 	})
 }
