@@ -83,6 +83,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock, for tests. nil means time.Now.
 	Now func() time.Time
+
+	// HiddenSessions are sessions whose agents no delegate sees: they are
+	// not in a2a.agents.list, and a send without to never chooses them
+	// (the A2A gateway's own session, which acts for outside clients).
+	// They are agents like any other to everything else.
+	HiddenSessions []string
 }
 
 // Broker is the A2A broker. It implements transport.Handler.

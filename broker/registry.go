@@ -35,6 +35,7 @@ type agent struct {
 	session   string
 	tokenHash [32]byte
 	card      json.RawMessage // the card as list shows it, encoded once
+	hidden    bool            // in a Config.HiddenSessions session
 }
 
 // enter takes a shared hold on a; it reports false, holding nothing, when
@@ -293,7 +294,8 @@ func (b *Broker) register(_ context.Context, from transport.Caller, params json.
 		return nil, err
 	}
 	token := secret.Hex(32)
-	a := &agent{name: p.Card.Name, instance: p.InstanceID, session: p.ContextID, tokenHash: hashToken(token)}
+	a := &agent{name: p.Card.Name, instance: p.InstanceID, session: p.ContextID, tokenHash: hashToken(token),
+		hidden: slices.Contains(b.cfg.HiddenSessions, p.ContextID)}
 	card := *p.Card
 	at := wire.NewTime(b.cfg.Now())
 	card.ContextID, card.RegisteredAt = p.ContextID, &at
@@ -472,7 +474,7 @@ func (b *Broker) agentsPage(self *agent, after string, size int) json.RawMessage
 	n, last := 0, ""
 	for ; i < len(b.reg.sorted); i++ {
 		a := b.reg.sorted[i]
-		if a == self {
+		if a == self || (self != nil && a.hidden) {
 			continue
 		}
 		if n == size || (n > 0 && len(out)+len(a.card) > b.limits.Page()) {

@@ -146,7 +146,7 @@ func (b *Broker) resolvePeer(self *agent, to string) (*agent, *wire.Error) {
 	}
 	var local []*agent
 	for _, a := range r.bySession[self.session] {
-		if a != self {
+		if a != self && !a.hidden {
 			local = append(local, a)
 		}
 	}
@@ -158,7 +158,7 @@ func (b *Broker) resolvePeer(self *agent, to string) (*agent, *wire.Error) {
 	}
 	var remote []*agent
 	for _, a := range r.byID {
-		if a.session != self.session {
+		if a.session != self.session && !a.hidden {
 			remote = append(remote, a)
 		}
 	}

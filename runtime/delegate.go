@@ -334,6 +334,25 @@ func (d *Delegate) Tasks(ctx context.Context, state wire.State, role wire.ListRo
 	return tasks, nil
 }
 
+// TasksPage reads one page of the delegate's tasks, oldest first: at most
+// size (0: the broker's default), after the page token ("" for the
+// first). It returns the next page's token, "" after the last.
+func (d *Delegate) TasksPage(ctx context.Context, state wire.State, role wire.ListRole, size int, token string) ([]*wire.Task, string, error) {
+	p := wire.ListTasksParams{State: state, Role: role, PageParams: wire.PageParams{PageSize: size, PageToken: token}}
+	var res wire.ListTasksResult
+	err := d.callWithToken(ctx, func(tok string) error {
+		p.Token = tok
+		return d.r.call(ctx, wire.MethodListTasks, p, &res)
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	for _, t := range res.Tasks {
+		d.noteSeen(t)
+	}
+	return res.Tasks, res.NextPageToken, nil
+}
+
 // listTasks reads every page of the delegate's tasks.
 func (d *Delegate) listTasks(ctx context.Context, state wire.State, role wire.ListRole) ([]*wire.Task, error) {
 	var all []*wire.Task

@@ -1,0 +1,630 @@
+// Package gateway lets any A2A 1.0 client on the machine talk to a live
+// delegate: an HTTP server on loopback that serves each agent's Agent Card
+// and A2A JSON-RPC endpoint (github.com/a2aproject/a2a-go/v2's a2asrv does
+// the JSON-RPC and SSE), and acts for its clients through one agent of its
+// own, in a session the broker hides from delegates
+// (broker.Config.HiddenSessions). It is a client of the broker like any
+// host: every call goes through the bus contract. The mapping between the
+// two protocols is docs/PROTOCOL.md §12.
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/google/uuid"
+
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// DefaultSession is the gateway's session.
+const DefaultSession = "a2a-gateway"
+
+// Config configures a Gateway.
+type Config struct {
+	// Session is the gateway's own session; it must be one of the
+	// broker's HiddenSessions. "" means DefaultSession.
+	Session string
+	// Token is the bearer token every request must carry.
+	Token string
+	// BaseURL is where the gateway is served (http://127.0.0.1:port); the
+	// cards name their endpoints under it.
+	BaseURL string
+	// MaxBodyBytes bounds a request's body. 0 means the bus's message
+	// limit, wire.DefaultMaxMessageBytes.
+	MaxBodyBytes int64
+	// Version is the card version of agents whose card has none.
+	Version string
+	// Logger receives the gateway's logs. nil discards them.
+	Logger *slog.Logger
+}
+
+// Gateway is the A2A 1.0 gateway. It implements a2asrv.RequestHandler for
+// the agent its context names (see Handler).
+type Gateway struct {
+	cfg Config
+	log *slog.Logger
+	rt  *runtime.Runtime
+	d   *runtime.Delegate
+	rpc http.Handler
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	subs map[string]map[*sub]struct{} // by task id
+}
+
+var _ a2asrv.RequestHandler = (*Gateway)(nil)
+
+// New opens the gateway's session on client and registers its agent. The
+// gateway owns the session: Close closes it.
+func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, error) {
+	if cfg.Session == "" {
+		cfg.Session = DefaultSession
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = wire.DefaultMaxMessageBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Token == "" {
+		return nil, errors.New("gateway: a token is required")
+	}
+	sess, err := client.Session(ctx, cfg.Session)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: open session: %w", err)
+	}
+	rt, err := runtime.New(ctx, sess, runtime.Config{Logger: cfg.Logger})
+	if err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	d, err := rt.Spawn(ctx, wire.AgentCard{Name: "a2a-gateway", Description: "acts for the A2A clients of the gateway"})
+	if err != nil {
+		rt.Close()
+		return nil, fmt.Errorf("gateway: register: %w", err)
+	}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), subs: map[string]map[*sub]struct{}{}}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.rpc = a2asrv.NewJSONRPCHandler(g)
+	go g.pump()
+	return g, nil
+}
+
+// Close stops the gateway: its agent deregisters, its session closes.
+// Idempotent.
+func (g *Gateway) Close() error {
+	g.cancel()
+	<-g.done
+	return g.rt.Close()
+}
+
+// pump hands the gateway agent's events to the requests that wait for
+// them, by task. The runtime closes every gap (replay, then a re-read of
+// the tasks: a Resync), so a waiter misses no change.
+func (g *Gateway) pump() {
+	defer close(g.done)
+	for {
+		ev, err := g.d.Wait(g.ctx)
+		if err != nil {
+			return
+		}
+		switch {
+		case ev.Task != nil:
+			g.deliver(ev.Task)
+		case ev.Resync != nil:
+			for _, t := range ev.Resync.Changed {
+				g.deliver(&wire.TaskEvent{TaskID: t.ID, Kind: wire.EventStatus, Task: t.WithoutHistory(), Final: t.Status.State.Terminal()})
+			}
+		}
+	}
+}
+
+// sub is one waiter for a task's events. When its buffer is full an event
+// is dropped and lagged set: the waiter then reads the task again, which
+// holds every change.
+type sub struct {
+	c    chan *wire.TaskEvent
+	kick chan struct{}
+	mu   sync.Mutex
+	lag  bool
+}
+
+func (g *Gateway) subscribe(taskID string) (*sub, func()) {
+	s := &sub{c: make(chan *wire.TaskEvent, 64), kick: make(chan struct{}, 1)}
+	g.mu.Lock()
+	if g.subs[taskID] == nil {
+		g.subs[taskID] = map[*sub]struct{}{}
+	}
+	g.subs[taskID][s] = struct{}{}
+	g.mu.Unlock()
+	return s, func() {
+		g.mu.Lock()
+		delete(g.subs[taskID], s)
+		if len(g.subs[taskID]) == 0 {
+			delete(g.subs, taskID)
+		}
+		g.mu.Unlock()
+	}
+}
+
+func (g *Gateway) deliver(ev *wire.TaskEvent) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for s := range g.subs[ev.TaskID] {
+		select {
+		case s.c <- ev:
+		default:
+			s.mu.Lock()
+			s.lag = true
+			s.mu.Unlock()
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// next returns the task's next change: an event, or after a drop the
+// task as it is now.
+func (g *Gateway) next(ctx context.Context, s *sub, taskID string) (*wire.TaskEvent, error) {
+	s.mu.Lock()
+	lagged := s.lag
+	s.lag = false
+	s.mu.Unlock()
+	if lagged {
+		t, err := g.d.Task(ctx, taskID)
+		if err != nil {
+			return nil, err
+		}
+		return &wire.TaskEvent{TaskID: t.ID, Kind: wire.EventStatus, Task: t.WithoutHistory(), Final: t.Status.State.Terminal()}, nil
+	}
+	select {
+	case ev := <-s.c:
+		return ev, nil
+	case <-s.kick:
+		return g.next(ctx, s, taskID)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-g.ctx.Done():
+		return nil, a2a.NewError(a2a.ErrInternalError, "the gateway is shutting down")
+	}
+}
+
+// agentKey carries the agent a request's path names.
+type agentKey struct{}
+
+func agentOf(ctx context.Context) string { s, _ := ctx.Value(agentKey{}).(string); return s }
+
+// Handler is the gateway's HTTP API (docs/PROTOCOL.md §12):
+//
+//	GET  /agents                                    the live agents and their card URLs
+//	GET  /agents/{agentId}/.well-known/agent-card.json  an agent's A2A 1.0 card
+//	POST /agents/{agentId}                          its A2A JSON-RPC endpoint
+//
+// Every request carries "Authorization: Bearer <token>", else 401.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /agents", g.serveAgents)
+	mux.HandleFunc("GET /agents/{agent}/.well-known/agent-card.json", g.serveCard)
+	mux.HandleFunc("POST /agents/{agent}", func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
+		g.rpc.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, r.PathValue("agent"))))
+	})
+	return g.auth(mux)
+}
+
+func (g *Gateway) auth(next http.Handler) http.Handler {
+	want := []byte("Bearer " + g.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="a2a-bus"`)
+			http.Error(w, "a bearer token is required: a2aToken in the broker's connection file", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (g *Gateway) agentURL(id string) string { return g.cfg.BaseURL + "/agents/" + url.PathEscape(id) }
+
+// AgentSummary is one entry of GET /agents.
+type AgentSummary struct {
+	AgentID   string `json:"agentId"`
+	ContextID string `json:"contextId"`
+	URL       string `json:"url"`
+	CardURL   string `json:"cardUrl"`
+}
+
+func (g *Gateway) serveAgents(w http.ResponseWriter, r *http.Request) {
+	cards, err := g.d.Peers(r.Context())
+	if err != nil {
+		http.Error(w, "cannot list the agents: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	out := struct {
+		Agents []AgentSummary `json:"agents"`
+	}{Agents: []AgentSummary{}}
+	for _, c := range cards {
+		u := g.agentURL(c.AgentID)
+		out.Agents = append(out.Agents, AgentSummary{AgentID: c.AgentID, ContextID: c.ContextID, URL: u, CardURL: u + "/.well-known/agent-card.json"})
+	}
+	writeJSON(w, out)
+}
+
+// peer returns the live agent's card; nil when there is none.
+func (g *Gateway) peer(ctx context.Context, id string) (*wire.AgentCard, error) {
+	cards, err := g.d.Peers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cards {
+		if cards[i].AgentID == id {
+			return &cards[i], nil
+		}
+	}
+	return nil, nil
+}
+
+func (g *Gateway) serveCard(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("agent")
+	c, err := g.peer(r.Context(), id)
+	if err != nil {
+		http.Error(w, "cannot read the agents: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	if c == nil {
+		http.Error(w, fmt.Sprintf("no live agent %q", id), http.StatusNotFound)
+		return
+	}
+	writeJSON(w, Card(c, g.agentURL(id), g.cfg.Version))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// ownTask reads a task of the gateway's agent that is with the agent the
+// request names; another is TaskNotFound, as is one that does not exist.
+func (g *Gateway) ownTask(ctx context.Context, id a2a.TaskID) (*wire.Task, error) {
+	t, err := g.d.Task(ctx, string(id))
+	if err != nil {
+		return nil, Error(err, false)
+	}
+	if t.AgentName != agentOf(ctx) {
+		return nil, a2a.NewError(a2a.ErrTaskNotFound, fmt.Sprintf("no task %s with agent %s", id, agentOf(ctx)))
+	}
+	return t, nil
+}
+
+// GetTask implements a2asrv.RequestHandler.
+func (g *Gateway) GetTask(ctx context.Context, req *a2a.GetTaskRequest) (*a2a.Task, error) {
+	t, err := g.ownTask(ctx, req.ID)
+	if err != nil {
+		return nil, err
+	}
+	return Task(t, req.HistoryLength)
+}
+
+// ListTasks implements a2asrv.RequestHandler: the tasks the gateway's
+// clients gave the agent, a page of the broker's at a time (a page may
+// hold fewer than pageSize, and TotalSize is the page's count).
+func (g *Gateway) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2a.ListTasksResponse, error) {
+	size := req.PageSize
+	switch {
+	case size == 0:
+		size = 50
+	case size < 0 || size > 100:
+		return nil, a2a.NewError(a2a.ErrInvalidParams, "pageSize must be between 1 and 100")
+	}
+	var state wire.State
+	if req.Status != a2a.TaskStateUnspecified {
+		s, ok := FromState(req.Status)
+		if !ok {
+			return nil, a2a.NewError(a2a.ErrInvalidParams, fmt.Sprintf("status %s: a2a-bus has no such state", req.Status))
+		}
+		state = s
+	}
+	tasks, next, err := g.d.TasksPage(ctx, state, wire.ListRequester, size, req.PageToken)
+	if err != nil {
+		return nil, Error(err, false)
+	}
+	out := &a2a.ListTasksResponse{Tasks: []*a2a.Task{}, PageSize: size, NextPageToken: next}
+	zero := 0
+	history := req.HistoryLength
+	if history == nil {
+		history = &zero
+	}
+	for _, t := range tasks {
+		if t.AgentName != agentOf(ctx) || (req.ContextID != "" && ClientContextID(t) != req.ContextID) {
+			continue
+		}
+		if req.StatusTimestampAfter != nil && !t.Status.Timestamp.After(*req.StatusTimestampAfter) {
+			continue
+		}
+		at, err := Task(t, history)
+		if err != nil {
+			return nil, a2a.NewError(a2a.ErrInternalError, err.Error())
+		}
+		if !req.IncludeArtifacts {
+			at.Artifacts = nil
+		}
+		out.Tasks = append(out.Tasks, at)
+	}
+	out.TotalSize = len(out.Tasks)
+	return out, nil
+}
+
+// CancelTask implements a2asrv.RequestHandler.
+func (g *Gateway) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*a2a.Task, error) {
+	if _, err := g.ownTask(ctx, req.ID); err != nil {
+		return nil, err
+	}
+	t, err := g.d.Cancel(ctx, string(req.ID))
+	if err != nil {
+		return nil, Error(err, true)
+	}
+	return Task(t, nil)
+}
+
+// send hands the client's message to the broker: a new task for the
+// agent, or a message on one of its tasks. It returns the task, and a
+// subscription to its changes made before the send, so none is missed.
+func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.Task, *sub, func(), error) {
+	agent := agentOf(ctx)
+	msg, err := FromMessage(req.Message)
+	if err != nil {
+		return nil, nil, nil, a2a.NewError(a2a.ErrInvalidParams, err.Error())
+	}
+	if req.Message.TaskID != "" {
+		if _, err := g.ownTask(ctx, req.Message.TaskID); err != nil {
+			return nil, nil, nil, err
+		}
+		s, unsub := g.subscribe(string(req.Message.TaskID))
+		t, err := g.d.Reply(ctx, string(req.Message.TaskID), *msg)
+		if err != nil {
+			unsub()
+			return nil, nil, nil, Error(err, false)
+		}
+		return t, s, unsub, nil
+	}
+	ctxID := req.Message.ContextID
+	if ctxID == "" {
+		ctxID = uuid.NewString()
+	}
+	meta := map[string]any{}
+	for k, v := range req.Metadata {
+		meta[k] = v
+	}
+	meta[MetaKey] = map[string]any{"clientContextId": ctxID}
+	// The task's id is the broker's, so the subscription follows the send;
+	// the waiters read the task once subscribed, which closes the gap.
+	t, err := g.d.Send(ctx, agent, *msg, meta)
+	if err != nil {
+		return nil, nil, nil, Error(err, false)
+	}
+	s, unsub := g.subscribe(t.ID)
+	return t, s, unsub, nil
+}
+
+// settled reports whether a task has reached a state a blocking send or a
+// stream ends at: input-required, or terminal.
+func settled(s wire.State) bool { return s == wire.StateInputRequired || s.Terminal() }
+
+// moved reports whether a status is a new one since from: a reply to a
+// task that needs input waits for the next settled state, not the one it
+// answers.
+func moved(from, to *wire.TaskStatus) bool {
+	return to.State != from.State || !to.Timestamp.Equal(from.Timestamp.Time)
+}
+
+// SendMessage implements a2asrv.RequestHandler: it blocks until the task
+// needs input or ends, unless configuration.returnImmediately.
+func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	t, s, unsub, err := g.send(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer unsub()
+	var history *int
+	if req.Config != nil {
+		history = req.Config.HistoryLength
+		if req.Config.ReturnImmediately {
+			return Task(t, history)
+		}
+	}
+	// The task as it is now closes the gap between the send and the
+	// subscription; events follow.
+	start := t.Status
+	if req.Message.TaskID == "" {
+		start = wire.TaskStatus{} // a new task: any settled state ends the wait
+	}
+	if t, err = g.d.Task(ctx, t.ID); err != nil {
+		return nil, Error(err, false)
+	}
+	for !settled(t.Status.State) || !moved(&start, &t.Status) {
+		if _, err := g.next(ctx, s, t.ID); err != nil {
+			return nil, err
+		}
+		if t, err = g.d.Task(ctx, t.ID); err != nil {
+			return nil, Error(err, false)
+		}
+	}
+	return Task(t, history)
+}
+
+// SendStreamingMessage implements a2asrv.RequestHandler: the task, then
+// its artifact and status updates in order, until it needs input or ends.
+func (g *Gateway) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		t, s, unsub, err := g.send(ctx, req)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer unsub()
+		start := t.Status
+		if req.Message.TaskID == "" {
+			start = wire.TaskStatus{}
+		}
+		g.stream(ctx, s, t, start, yield)
+	}
+}
+
+// SubscribeToTask implements a2asrv.RequestHandler: the task as it is,
+// then its updates until it needs input or ends. A task already ended is
+// UnsupportedOperation, as the specification has it.
+func (g *Gateway) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
+	return func(yield func(a2a.Event, error) bool) {
+		s, unsub := g.subscribe(string(req.ID))
+		defer unsub()
+		t, err := g.ownTask(ctx, req.ID)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		if t.Status.State.Terminal() {
+			yield(nil, a2a.NewError(a2a.ErrUnsupportedOperation, fmt.Sprintf("task %s has ended (%s)", t.ID, State(t.Status.State))))
+			return
+		}
+		g.stream(ctx, s, t, t.Status, yield)
+	}
+}
+
+// stream yields t, then each change after it, as A2A 1.0 events, until
+// the task settles in a status other than start.
+func (g *Gateway) stream(ctx context.Context, s *sub, t *wire.Task, start wire.TaskStatus, yield func(a2a.Event, error) bool) {
+	first, err := Task(t, nil)
+	if err != nil {
+		yield(nil, a2a.NewError(a2a.ErrInternalError, err.Error()))
+		return
+	}
+	if !yield(first, nil) {
+		return
+	}
+	v := newView(t)
+	// The task as it is now, in case it changed between the send and the
+	// subscription; then its events.
+	cur, err := g.d.Task(ctx, t.ID)
+	if err != nil {
+		yield(nil, Error(err, false))
+		return
+	}
+	ev := &wire.TaskEvent{TaskID: cur.ID, Kind: wire.EventStatus, Task: cur.WithoutHistory(), Final: cur.Status.State.Terminal()}
+	for {
+		out, err := v.apply(ev)
+		if err != nil {
+			yield(nil, a2a.NewError(a2a.ErrInternalError, err.Error()))
+			return
+		}
+		for _, e := range out {
+			if !yield(e, nil) {
+				return
+			}
+		}
+		if settled(v.state) && moved(&start, &v.status) {
+			return
+		}
+		if ev, err = g.next(ctx, s, t.ID); err != nil {
+			yield(nil, err)
+			return
+		}
+	}
+}
+
+// view is what a stream has told its client of a task: it turns each
+// event into the A2A updates the client has not had.
+type view struct {
+	ctxID     string
+	state     wire.State
+	status    wire.TaskStatus
+	artifacts map[string]bool
+}
+
+func newView(t *wire.Task) *view {
+	v := &view{ctxID: ClientContextID(t), state: t.Status.State, status: t.Status, artifacts: map[string]bool{}}
+	for _, a := range t.Artifacts {
+		v.artifacts[a.ArtifactID] = true
+	}
+	return v
+}
+
+func (v *view) apply(ev *wire.TaskEvent) ([]a2a.Event, error) {
+	var out []a2a.Event
+	t := ev.Task
+	if t == nil {
+		return nil, nil
+	}
+	for i := range t.Artifacts {
+		a := &t.Artifacts[i]
+		if v.artifacts[a.ArtifactID] {
+			continue
+		}
+		v.artifacts[a.ArtifactID] = true
+		art, err := Artifact(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, &a2a.TaskArtifactUpdateEvent{TaskID: a2a.TaskID(t.ID), ContextID: v.ctxID, Artifact: art, LastChunk: true})
+	}
+	newStatus := !t.Status.Timestamp.Equal(v.status.Timestamp.Time) || t.Status.State != v.state
+	if newStatus || (ev.Kind == wire.EventMessage && ev.Message != nil) {
+		st, err := Status(&t.Status, v.ctxID)
+		if err != nil {
+			return nil, err
+		}
+		if !newStatus && ev.Message != nil {
+			// A message on the task without a change of state.
+			if st.Message, err = Message(ev.Message, v.ctxID); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(t.ID), ContextID: v.ctxID, Status: st})
+		v.state, v.status = t.Status.State, t.Status
+	}
+	return out, nil
+}
+
+// The push-notification methods and the extended card are not supported.
+
+// GetTaskPushConfig implements a2asrv.RequestHandler.
+func (g *Gateway) GetTaskPushConfig(context.Context, *a2a.GetTaskPushConfigRequest) (*a2a.PushConfig, error) {
+	return nil, a2a.ErrPushNotificationNotSupported
+}
+
+// ListTaskPushConfigs implements a2asrv.RequestHandler.
+func (g *Gateway) ListTaskPushConfigs(context.Context, *a2a.ListTaskPushConfigRequest) (*a2a.ListTaskPushConfigResponse, error) {
+	return nil, a2a.ErrPushNotificationNotSupported
+}
+
+// CreateTaskPushConfig implements a2asrv.RequestHandler.
+func (g *Gateway) CreateTaskPushConfig(context.Context, *a2a.PushConfig) (*a2a.PushConfig, error) {
+	return nil, a2a.ErrPushNotificationNotSupported
+}
+
+// DeleteTaskPushConfig implements a2asrv.RequestHandler.
+func (g *Gateway) DeleteTaskPushConfig(context.Context, *a2a.DeleteTaskPushConfigRequest) error {
+	return a2a.ErrPushNotificationNotSupported
+}
+
+// GetExtendedAgentCard implements a2asrv.RequestHandler.
+func (g *Gateway) GetExtendedAgentCard(context.Context, *a2a.GetExtendedAgentCardRequest) (*a2a.AgentCard, error) {
+	return nil, a2a.ErrExtendedCardNotConfigured
+}
