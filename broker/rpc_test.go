@@ -254,3 +254,27 @@ func TestBusHostMethods(t *testing.T) {
 	r = raw(t, b, host, `{"jsonrpc":"2.0","id":1,"method":"a2a.test.echo","params":7}`)
 	assert.Equal(t, -32602, r.Error.Code)
 }
+
+// A member given twice reads as one value everywhere: the session check
+// and the decode of the params see the same contextId, so a register or a
+// replay that names another session first and null last cannot slip by
+// the check (it once registered an agent into the other session).
+func TestARepeatedContextIDCannotReachAnotherSession(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	e.register("s1", "alice")
+	e.register("s2", "bob")
+	from := transport.Caller{Scope: transport.ScopeSession, Session: "s1"}
+	for method, p := range map[string]string{
+		wire.MethodRegister: `{"contextId":"s2","contextId":null,"card":{"name":"intruder"}}`,
+		wire.MethodReplay:   `{"contextId":"s2","contextId":null}`,
+	} {
+		req, err := wire.EncodeRequest(1, method, json.RawMessage(p))
+		require.NoError(t, err)
+		resp := e.broker.ServeRPC(context.Background(), from, req)
+		rpcErr := wire.ResponseError(resp)
+		require.NotNil(t, rpcErr, "%s %s answered %s", method, p, resp)
+	}
+	for _, c := range e.register("s2", "carol").list() {
+		assert.NotEqual(t, "intruder", c.Name, "nobody registered into s2 from s1")
+	}
+}

@@ -17,12 +17,15 @@ import (
 // and events, the store's records. It is github.com/go-json-experiment/json
 // (the encoding/json/v2 that the standard library is moving to), which
 // decodes our messages in about half the time of encoding/json, with a
-// third of its allocations (go test -bench Decode ./wire). Its defaults
-// are the protocol's where encoding/json's are not: member names match
-// exactly, so {"TOKEN": …} is an unknown member, ignored. Two options
-// keep what encoding/json did and clients rely on: a duplicate member
-// takes the last value, and invalid UTF-8 inside a string becomes U+FFFD
-// (a request's bytes are checked for UTF-8 before this in any case).
+// third of its allocations. Its defaults are the protocol's where
+// encoding/json's are not: member names match exactly, so {"TOKEN": …} is
+// an unknown member, ignored. Two options keep a message readable that
+// encoding/json read: a member given twice is allowed, and invalid UTF-8
+// inside a string becomes U+FFFD (a request's bytes are checked for UTF-8
+// before this in any case). A member given twice takes its last value
+// whole, null included; encoding/json merged a repeated object into the
+// first and let a repeated null leave the first value. Every check that
+// reads a member reads it through here, so all see the same value.
 //
 // Encoding stays with encoding/json: its output is what the protocol's
 // size limits are measured on.
@@ -60,6 +63,9 @@ func decodeProblem(err error) string {
 	var se *jsonv2.SemanticError
 	if errors.As(err, &se) {
 		path := pointerPath(se.JSONPointer)
+		if msg, ok := integerProblem(se); ok {
+			return prefixed(path, msg)
+		}
 		if se.GoType != nil && se.JSONKind != jsontext.KindInvalid {
 			want := jsonKind(se.GoType.Kind().String())
 			if se.GoType == reflect.TypeFor[Time]() {
@@ -79,6 +85,35 @@ func decodeProblem(err error) string {
 		return fmt.Sprintf("%s (at byte %d)", plainCause(syn.Err), syn.ByteOffset)
 	}
 	return err.Error()
+}
+
+// integerProblem says what is wrong with a JSON number for an integer
+// field: not a whole number (or negative where it cannot be), or out of
+// range.
+func integerProblem(se *jsonv2.SemanticError) (string, bool) {
+	if se.JSONKind != '0' || se.GoType == nil {
+		return "", false
+	}
+	unsigned := false
+	switch se.GoType.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		unsigned = true
+	default:
+		return "", false
+	}
+	want := "want a whole number"
+	if unsigned {
+		want = "want a whole number, not negative"
+	}
+	v := string(se.JSONValue)
+	switch {
+	case v == "":
+		return want, true
+	case strings.ContainsAny(v, ".eE") || (unsigned && strings.HasPrefix(v, "-")):
+		return fmt.Sprintf("%s, got %s", want, Cut(v, 40)), true
+	}
+	return fmt.Sprintf("%s is out of range", Cut(v, 40)), true
 }
 
 // plainCause is an underlying error's message without the package's

@@ -173,3 +173,25 @@ func TestMemberNames(t *testing.T) {
 	_, dup, _ = memberNames([]byte(`[{"a":1},{"a":1}]`))
 	assert.False(t, dup, "the same name in two objects is no duplicate")
 }
+
+func TestNumbersForIntegerFieldsSayWhatIsWrong(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"pageSize":1.5}`:                  "pageSize: want a whole number, got 1.5",
+		`{"pageSize":1e300}`:                "pageSize: want a whole number, got 1e300",
+		`{"pageSize":99999999999999999999}`: "pageSize: 99999999999999999999 is out of range",
+	} {
+		var p wire.ListTasksParams
+		werr := wire.DecodeParams(json.RawMessage(raw), &p)
+		require.NotNil(t, werr, raw)
+		assert.Equal(t, want, werr.Message, raw)
+	}
+	for raw, want := range map[string]string{
+		`{"contextId":"c","afterSeq":-1}`:  "afterSeq: want a whole number, not negative, got -1",
+		`{"contextId":"c","afterSeq":1.0}`: "afterSeq: want a whole number, not negative, got 1.0",
+	} {
+		var p wire.ReplayParams
+		werr := wire.DecodeParams(json.RawMessage(raw), &p)
+		require.NotNil(t, werr, raw)
+		assert.Equal(t, want, werr.Message, raw)
+	}
+}

@@ -184,6 +184,9 @@ func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
 	if err != nil {
 		return nil, ErrParse.Withf("message is not valid JSON: %s", jsonProblem(err))
 	}
+	if nestedDeeper(trimmed, MaxDepth) {
+		return nil, ErrInvalidRequest.Withf("message nests arrays and objects deeper than %d levels", MaxDepth)
+	}
 	if version, ok := jsonString(env.JSONRPC); !ok || version != Version {
 		return nil, ErrInvalidRequest.Withf(`"jsonrpc" must be "2.0"`)
 	}
@@ -203,6 +206,36 @@ func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
 		params = json.RawMessage("{}")
 	}
 	return &Request{JSONRPC: Version, ID: bytes.Clone(env.ID), Method: method, Params: params}, nil
+}
+
+// MaxDepth bounds how deeply a request nests arrays and objects
+// (PROTOCOL §11). What the broker stores and sends of a request nests a
+// few levels deeper than the request did (a message inside a task inside
+// a result): far below the 10,000 levels past which no JSON decoder here
+// reads, so whatever the broker accepts it can read back and deliver.
+const MaxDepth = 128
+
+// nestedDeeper reports whether valid JSON raw nests arrays and objects
+// deeper than limit.
+func nestedDeeper(raw []byte, limit int) bool {
+	depth := 0
+	for i := 0; i < len(raw); i++ {
+		switch raw[i] {
+		case '"':
+			for i++; i < len(raw) && raw[i] != '"'; i++ {
+				if raw[i] == '\\' {
+					i++
+				}
+			}
+		case '{', '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return false
 }
 
 // ParamsObject reports whether raw params are a JSON object (after

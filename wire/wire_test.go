@@ -169,3 +169,21 @@ func TestResponseErrorTellsErrorsFromResults(t *testing.T) {
 	assert.Nil(t, wire.ResponseError([]byte(`{"id":1,"jsonrpc":"2.0","result":{}}`)))
 	assert.Nil(t, wire.ResponseError([]byte(`not json`)))
 }
+
+func TestARequestNestsAtMostMaxDepthLevels(t *testing.T) {
+	nest := func(levels int) []byte {
+		// The envelope and params take two levels; data the rest.
+		data := strings.Repeat("[", levels-2) + strings.Repeat("]", levels-2)
+		return []byte(`{"jsonrpc":"2.0","id":1,"method":"m","params":{"data":` + data + `}}`)
+	}
+	_, perr := wire.ParseRequest(nest(wire.MaxDepth), 1<<20)
+	assert.Nil(t, perr, "MaxDepth levels are fine")
+	_, perr = wire.ParseRequest(nest(wire.MaxDepth+1), 1<<20)
+	require.NotNil(t, perr)
+	assert.Equal(t, wire.ErrInvalidRequest.Code, perr.Code)
+	assert.Contains(t, perr.Message, "deeper than")
+	// Brackets inside strings do not count.
+	deepText := `{"jsonrpc":"2.0","id":1,"method":"m","params":{"text":"` + strings.Repeat("[{", 5000) + `\"` + `"}}`
+	_, perr = wire.ParseRequest([]byte(deepText), 1<<20)
+	assert.Nil(t, perr)
+}
