@@ -34,6 +34,10 @@ type sidecar struct {
 	url  string
 	host *nats.Conn
 	done chan struct{}
+	// connFile is the connection file's path; a2aURL and a2aToken the
+	// gateway's, with --a2a-listen.
+	connFile         string
+	a2aURL, a2aToken string
 }
 
 func startSidecar(t *testing.T, args ...string) *sidecar {
@@ -69,11 +73,17 @@ func startSidecar(t *testing.T, args ...string) *sidecar {
 		cmd.Process.Signal(syscall.SIGKILL)
 		<-s.done
 	})
-	data, err := os.ReadFile(strings.TrimSpace(first))
+	s.connFile = strings.TrimSpace(first)
+	data, err := os.ReadFile(s.connFile)
 	require.NoError(t, err)
 	var info struct{ URL, Token string }
 	require.NoError(t, json.Unmarshal(data, &info))
-	s.url = info.URL
+	var a2a struct {
+		URL   string `json:"a2aUrl"`
+		Token string `json:"a2aToken"`
+	}
+	require.NoError(t, json.Unmarshal(data, &a2a))
+	s.url, s.a2aURL, s.a2aToken = info.URL, a2a.URL, a2a.Token
 	s.host, err = nats.Connect(info.URL, nats.Token(info.Token))
 	require.NoError(t, err)
 	return s

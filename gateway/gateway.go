@@ -64,9 +64,21 @@ type Gateway struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu   sync.Mutex
-	subs map[string]map[*sub]struct{} // by task id
+	mu      sync.Mutex
+	subs    map[string]map[*sub]struct{} // by task id
+	pending map[*pending]struct{}        // sends whose task id is not known yet
 }
+
+// pending holds every event that comes while a send is under way: the
+// new task's id is known only once the send returns, and its first
+// changes may come before that.
+type pending struct {
+	events []*wire.TaskEvent
+	lost   bool // more came than it keeps
+}
+
+// maxPending bounds what a pending send keeps.
+const maxPending = 256
 
 var _ a2asrv.RequestHandler = (*Gateway)(nil)
 
@@ -99,7 +111,7 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), subs: map[string]map[*sub]struct{}{}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.rpc = a2asrv.NewJSONRPCHandler(g)
 	go g.pump()
@@ -146,8 +158,42 @@ type sub struct {
 }
 
 func (g *Gateway) subscribe(taskID string) (*sub, func()) {
+	return g.subscribeAfter(nil, taskID)
+}
+
+// expect starts keeping the events that come during a send; end it with
+// subscribeAfter, or drop.
+func (g *Gateway) expect() (p *pending, drop func()) {
+	p = &pending{}
+	g.mu.Lock()
+	g.pending[p] = struct{}{}
+	g.mu.Unlock()
+	return p, func() {
+		g.mu.Lock()
+		delete(g.pending, p)
+		g.mu.Unlock()
+	}
+}
+
+// subscribeAfter subscribes to a task's events, first with those p kept
+// for it (nil: none).
+func (g *Gateway) subscribeAfter(p *pending, taskID string) (*sub, func()) {
 	s := &sub{c: make(chan *wire.TaskEvent, 64), kick: make(chan struct{}, 1)}
 	g.mu.Lock()
+	if p != nil {
+		delete(g.pending, p)
+		s.lag = p.lost
+		for _, ev := range p.events {
+			if ev.TaskID != taskID {
+				continue
+			}
+			select {
+			case s.c <- ev:
+			default:
+				s.lag = true
+			}
+		}
+	}
 	if g.subs[taskID] == nil {
 		g.subs[taskID] = map[*sub]struct{}{}
 	}
@@ -166,6 +212,13 @@ func (g *Gateway) subscribe(taskID string) (*sub, func()) {
 func (g *Gateway) deliver(ev *wire.TaskEvent) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for p := range g.pending {
+		if len(p.events) < maxPending {
+			p.events = append(p.events, ev)
+		} else {
+			p.lost = true
+		}
+	}
 	for s := range g.subs[ev.TaskID] {
 		select {
 		case s.c <- ev:
@@ -293,7 +346,28 @@ func (g *Gateway) serveCard(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("no live agent %q", id), http.StatusNotFound)
 		return
 	}
-	writeJSON(w, Card(c, g.agentURL(id), g.cfg.Version))
+	writeJSON(w, cardJSON(Card(c, g.agentURL(id), g.cfg.Version)))
+}
+
+// cardJSON is a card as served: capabilities name pushNotifications
+// false, which the SDK's encoding leaves out as a zero value.
+func cardJSON(c *a2a.AgentCard) any {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return c
+	}
+	var m map[string]any
+	if json.Unmarshal(b, &m) != nil {
+		return c
+	}
+	caps, _ := m["capabilities"].(map[string]any)
+	if caps == nil {
+		caps = map[string]any{}
+		m["capabilities"] = caps
+	}
+	caps["pushNotifications"] = c.Capabilities.PushNotifications
+	caps["streaming"] = c.Capabilities.Streaming
+	return m
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -335,7 +409,9 @@ func (g *Gateway) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2
 		return nil, a2a.NewError(a2a.ErrInvalidParams, "pageSize must be between 1 and 100")
 	}
 	var state wire.State
-	if req.Status != a2a.TaskStateUnspecified {
+	// No filter: unspecified, or "UNRECOGNIZED", which @a2a-js/sdk 1.3
+	// sends for a status it was not given.
+	if req.Status != a2a.TaskStateUnspecified && req.Status != "UNRECOGNIZED" {
 		s, ok := FromState(req.Status)
 		if !ok {
 			return nil, a2a.NewError(a2a.ErrInvalidParams, fmt.Sprintf("status %s: a2a-bus has no such state", req.Status))
@@ -414,13 +490,15 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 		meta[k] = v
 	}
 	meta[MetaKey] = map[string]any{"clientContextId": ctxID}
-	// The task's id is the broker's, so the subscription follows the send;
-	// the waiters read the task once subscribed, which closes the gap.
+	// The task's id is the broker's: what comes during the send is kept,
+	// and the subscription starts with it.
+	p, drop := g.expect()
 	t, err := g.d.Send(ctx, agent, *msg, meta)
 	if err != nil {
+		drop()
 		return nil, nil, nil, Error(err, false)
 	}
-	s, unsub := g.subscribe(t.ID)
+	s, unsub := g.subscribeAfter(p, t.ID)
 	return t, s, unsub, nil
 }
 
@@ -520,15 +598,18 @@ func (g *Gateway) stream(ctx context.Context, s *sub, t *wire.Task, start wire.T
 		return
 	}
 	v := newView(t)
-	// The task as it is now, in case it changed between the send and the
-	// subscription; then its events.
-	cur, err := g.d.Task(ctx, t.ID)
-	if err != nil {
-		yield(nil, Error(err, false))
-		return
-	}
-	ev := &wire.TaskEvent{TaskID: cur.ID, Kind: wire.EventStatus, Task: cur.WithoutHistory(), Final: cur.Status.State.Terminal()}
+	// The subscription began before t was read (SubscribeToTask) or holds
+	// what came since the send: its events follow t, and those t already
+	// shows are skipped.
 	for {
+		if settled(v.state) && moved(&start, &v.status) {
+			return
+		}
+		ev, err := g.next(ctx, s, t.ID)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
 		out, err := v.apply(ev)
 		if err != nil {
 			yield(nil, a2a.NewError(a2a.ErrInternalError, err.Error()))
@@ -539,13 +620,6 @@ func (g *Gateway) stream(ctx context.Context, s *sub, t *wire.Task, start wire.T
 				return
 			}
 		}
-		if settled(v.state) && moved(&start, &v.status) {
-			return
-		}
-		if ev, err = g.next(ctx, s, t.ID); err != nil {
-			yield(nil, err)
-			return
-		}
 	}
 }
 
@@ -555,11 +629,12 @@ type view struct {
 	ctxID     string
 	state     wire.State
 	status    wire.TaskStatus
+	updated   wire.Time
 	artifacts map[string]bool
 }
 
 func newView(t *wire.Task) *view {
-	v := &view{ctxID: ClientContextID(t), state: t.Status.State, status: t.Status, artifacts: map[string]bool{}}
+	v := &view{ctxID: ClientContextID(t), state: t.Status.State, status: t.Status, updated: t.UpdatedAt, artifacts: map[string]bool{}}
 	for _, a := range t.Artifacts {
 		v.artifacts[a.ArtifactID] = true
 	}
@@ -569,8 +644,32 @@ func newView(t *wire.Task) *view {
 func (v *view) apply(ev *wire.TaskEvent) ([]a2a.Event, error) {
 	var out []a2a.Event
 	t := ev.Task
-	if t == nil {
-		return nil, nil
+	if t == nil || t.UpdatedAt.Before(v.updated.Time) {
+		return nil, nil // older than what the client has
+	}
+	v.updated = t.UpdatedAt
+	// A change that both moves the task on and adds artifacts tells the
+	// status first, unless the status is the last the stream sends: the
+	// artifacts come before it.
+	var statusEv []a2a.Event
+	newStatus := !t.Status.Timestamp.Equal(v.status.Timestamp.Time) || t.Status.State != v.state
+	if newStatus || (ev.Kind == wire.EventMessage && ev.Message != nil) {
+		st, err := Status(&t.Status, v.ctxID)
+		if err != nil {
+			return nil, err
+		}
+		if !newStatus && ev.Message != nil {
+			// A message on the task without a change of state.
+			if st.Message, err = Message(ev.Message, v.ctxID); err != nil {
+				return nil, err
+			}
+		}
+		statusEv = append(statusEv, &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(t.ID), ContextID: v.ctxID, Status: st})
+		v.state, v.status = t.Status.State, t.Status
+	}
+	last := settled(t.Status.State)
+	if !last {
+		out = append(out, statusEv...)
 	}
 	for i := range t.Artifacts {
 		a := &t.Artifacts[i]
@@ -584,20 +683,8 @@ func (v *view) apply(ev *wire.TaskEvent) ([]a2a.Event, error) {
 		}
 		out = append(out, &a2a.TaskArtifactUpdateEvent{TaskID: a2a.TaskID(t.ID), ContextID: v.ctxID, Artifact: art, LastChunk: true})
 	}
-	newStatus := !t.Status.Timestamp.Equal(v.status.Timestamp.Time) || t.Status.State != v.state
-	if newStatus || (ev.Kind == wire.EventMessage && ev.Message != nil) {
-		st, err := Status(&t.Status, v.ctxID)
-		if err != nil {
-			return nil, err
-		}
-		if !newStatus && ev.Message != nil {
-			// A message on the task without a change of state.
-			if st.Message, err = Message(ev.Message, v.ctxID); err != nil {
-				return nil, err
-			}
-		}
-		out = append(out, &a2a.TaskStatusUpdateEvent{TaskID: a2a.TaskID(t.ID), ContextID: v.ctxID, Status: st})
-		v.state, v.status = t.Status.State, t.Status
+	if last {
+		out = append(out, statusEv...)
 	}
 	return out, nil
 }

@@ -168,7 +168,7 @@ func TestAnA2AClientHandsADelegateATask(t *testing.T) {
 			kinds = append(kinds, "status:"+string(v.Status.State))
 		}
 	}
-	assert.Equal(t, []string{"task:TASK_STATE_SUBMITTED", "artifact:seat 2 is free", "status:TASK_STATE_WORKING", "status:TASK_STATE_COMPLETED"}, kinds)
+	assert.Equal(t, []string{"task:TASK_STATE_SUBMITTED", "status:TASK_STATE_WORKING", "artifact:seat 2 is free", "status:TASK_STATE_COMPLETED"}, kinds)
 	require.NoError(t, <-done)
 
 	// GetTask with historyLength, ListTasks.
@@ -243,7 +243,7 @@ func TestCancelAndASubscriptionAfterADroppedStream(t *testing.T) {
 	assert.Equal(t, a2a.TaskStateInputRequired, last.Status.State)
 
 	// The client answers; the delegate gets the message; the client cancels.
-	res, err = c.SendMessage(ctxT(t), &a2a.SendMessageRequest{Message: &a2a.Message{ID: a2a.NewMessageID(), Role: a2a.MessageRoleUser, TaskID: task.ID, Parts: a2a.ContentParts{a2a.NewTextPart("row 4")}}, Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+	_, err = c.SendMessage(ctxT(t), &a2a.SendMessageRequest{Message: &a2a.Message{ID: a2a.NewMessageID(), Role: a2a.MessageRoleUser, TaskID: task.ID, Parts: a2a.ContentParts{a2a.NewTextPart("row 4")}}, Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
 	require.NoError(t, err)
 	for {
 		ev, err := d.Wait(ctxT(t))
@@ -311,7 +311,16 @@ func TestTheGatewayGuardsItsDoor(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "Authorization %q", auth)
 	}
-	resp, err := e.http.Get(e.base + "/agents/nobody/.well-known/agent-card.json")
+	resp, err := e.http.Get(e.base + "/agents/" + d.ID() + "/.well-known/agent-card.json")
+	require.NoError(t, err)
+	var raw struct {
+		Capabilities map[string]any `json:"capabilities"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&raw))
+	resp.Body.Close()
+	assert.Equal(t, map[string]any{"streaming": true, "pushNotifications": false}, raw.Capabilities, "both capabilities are named")
+
+	resp, err = e.http.Get(e.base + "/agents/nobody/.well-known/agent-card.json")
 	require.NoError(t, err)
 	resp.Body.Close()
 	assert.Equal(t, http.StatusNotFound, resp.StatusCode)

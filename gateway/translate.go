@@ -301,8 +301,9 @@ func Card(c *wire.AgentCard, url, version string) *a2a.AgentCard {
 
 // Error turns what a call to the broker returned into the A2A 1.0 error a
 // client expects: A2A_UNKNOWN_TASK is TaskNotFound, A2A_INVALID_TRANSITION
-// of a cancel TaskNotCancelable, -32602 InvalidParams; every other error
-// keeps its a2a-bus code in the error's data (a2aBusCode, a2aBusError).
+// of a cancel TaskNotCancelable, -32602 InvalidParams, -32603
+// InternalError, any other a ServerError (-32000); each keeps its a2a-bus
+// code in the error's details (a2aBusCode, a2aBusError).
 func Error(err error, cancel bool) error {
 	if err == nil {
 		return nil
@@ -322,8 +323,10 @@ func Error(err error, cancel bool) error {
 		target = a2a.ErrTaskNotCancelable
 	case we.Code == wire.ErrInvalidParams.Code:
 		target = a2a.ErrInvalidParams
-	default:
+	case we.Code == wire.ErrInternal.Code:
 		target = a2a.ErrInternalError
+	default:
+		target = a2a.ErrServerError // -32000, the code and name in the details
 	}
 	return a2a.NewError(target, we.Message).WithDetails(map[string]any{"a2aBusCode": we.Code, "a2aBusError": we.DataCode()})
 }

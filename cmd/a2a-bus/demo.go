@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/host"
@@ -22,7 +23,7 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	fs.SetOutput(stderr)
 	busName := fs.String("bus", "nats", "the bus: nats (an embedded server) or pipe (the broker as a child process)")
 	connFile := fs.String("connection-file", "", "join the running broker of this connection file instead of starting one")
-	hold := fs.Bool("hold", false, "after the round trip, keep the delegates until interrupted (to look at them with status)")
+	hold := fs.Bool("hold", false, "after the round trip, keep the delegates until interrupted, answering every task they are given (to look at them with status, or talk to them through the A2A gateway)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: a2a-bus demo [--bus nats|pipe]
 
@@ -126,8 +127,16 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) err
 		return err
 	}
 	if hold {
-		tr.say("both", "holding the delegates until interrupted")
+		// Held, the delegates answer whatever task they are given, as an
+		// A2A client through the gateway sees (README: "Talk to a delegate
+		// from any A2A client").
+		var answering sync.WaitGroup
+		for _, d := range []*runtime.Delegate{d1, d2} {
+			answering.Go(func() { answer(parent, tr, d) })
+		}
+		tr.say("both", "holding the delegates until interrupted; each answers the tasks it is given")
 		<-parent.Done()
+		answering.Wait()
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 	}
@@ -139,6 +148,29 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) err
 	tr.say("both", "delegates settled (deregistered)")
 	fmt.Fprintf(out, "\nround trip, send to the requester's wake-up: %.2f ms\n", float64(roundTrip.Microseconds())/1000)
 	return nil
+}
+
+// answer works every task d is given until ctx ends: working, with an
+// artifact that echoes the request, then completed with a message.
+func answer(ctx context.Context, tr *transcript, d *runtime.Delegate) {
+	for {
+		ev, err := d.Wait(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Task == nil || ev.Task.Kind != wire.EventCreated {
+			continue
+		}
+		id, asked := ev.Task.TaskID, text(ev.Task.Message)
+		tr.say(d.SessionID(), "%s wakes: task %s from %s: %q", d.ID(), short(id), ev.Task.Task.RequesterName, asked)
+		if _, err := d.Update(ctx, id, wire.StateWorking, nil, wire.Artifact{Name: "echo", Parts: []wire.Part{wire.TextPart(asked)}}); err != nil {
+			continue
+		}
+		reply := &wire.Message{Parts: []wire.Part{wire.TextPart(fmt.Sprintf("%s heard: %s", d.ID(), asked))}}
+		if _, err := d.Update(ctx, id, wire.StateCompleted, reply); err == nil {
+			tr.say(d.SessionID(), "%s: completed task %s", d.ID(), short(id))
+		}
+	}
 }
 
 // spawnDiscussants opens chat-1 and chat-2 and spawns a "discussant" in

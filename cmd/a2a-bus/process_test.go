@@ -135,6 +135,25 @@ func TestNonLoopbackListenIsRefused(t *testing.T) {
 	assert.Contains(t, string(out), "not loopback")
 }
 
+func TestTheA2AGatewayFlagsAreChecked(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--a2a-listen", "0.0.0.0:0"}, "not loopback"},
+		{[]string{"--bus=pipe", "--a2a-listen", "127.0.0.1:0"}, "--a2a-listen is for the NATS bus"},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--a2a-listen", "127.0.0.1:0"}, "needs the embedded NATS server"},
+	} {
+		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, tc.args...)...)
+		cmd.Env = testEnv(t)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%v", tc.args)
+		assert.Equal(t, 2, exit.ExitCode(), "%v: a bad setting", tc.args)
+		assert.Contains(t, string(out), tc.want, "%v", tc.args)
+	}
+}
+
 func TestDemo(t *testing.T) {
 	for _, args := range [][]string{{"demo"}, {"demo", "--bus", "pipe"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {

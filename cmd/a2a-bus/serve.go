@@ -9,12 +9,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/gateway"
 	"github.com/a2a-bus/a2a-bus/internal/connfile"
+	"github.com/a2a-bus/a2a-bus/internal/secret"
+	"github.com/a2a-bus/a2a-bus/internal/version"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/store"
@@ -27,6 +32,7 @@ type serveOptions struct {
 	bus                string
 	listen             string
 	allowRemote        bool
+	a2aListen          string
 	natsURL            string
 	natsCreds          string
 	connectionFile     string
@@ -55,7 +61,8 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bus, "bus", "nats", "the bus: nats or pipe")
 	fs.StringVar(&o.listen, "listen", "", "NATS: the address for clients in other processes (default 127.0.0.1 and a free port)")
-	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen address off loopback")
+	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen or --a2a-listen address off loopback")
+	fs.StringVar(&o.a2aListen, "a2a-listen", "", "NATS: serve the A2A 1.0 gateway on this address (127.0.0.1:0 for a free port); off by default")
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS: use this server or cluster instead of embedding one")
 	fs.StringVar(&o.natsCreds, "nats-creds", "", "NATS: a credentials file for --nats-url")
 	fs.StringVar(&o.connectionFile, "connection-file", "", "NATS: where to write how to connect (default $XDG_RUNTIME_DIR/a2a-bus/connection.json, else connection.json in the state folder)")
@@ -83,10 +90,13 @@ end of its stdin; then exits 0. Logs go to stderr.
 
 With NATS (the default) the broker embeds a NATS server on 127.0.0.1,
 writes a connection file ({"url", "token", "pid"}, mode 0600) and prints
-its path as the first line on stderr.
+its path as the first line on stderr. --a2a-listen adds an A2A 1.0
+gateway for the official A2A SDKs; its URL and bearer token join the
+connection file ("a2aUrl", "a2aToken").
 
 Examples:
   a2a-bus serve                     # embedded NATS on loopback
+  a2a-bus serve --a2a-listen 127.0.0.1:0   # and the A2A gateway
   a2a-bus serve --bus=pipe          # JSON-RPC lines on stdin/stdout
   a2a-bus serve --config a2a.json   # {"bus": "pipe", "max-tasks-per-context": 64}
 
@@ -187,14 +197,17 @@ func (o *serveOptions) validate() error {
 	if o.natsURL != "" && (o.listen != "" || o.allowRemote) {
 		return usageErrorf("--listen and --allow-remote configure the embedded server; --nats-url uses another")
 	}
+	if o.a2aListen != "" && o.natsURL != "" {
+		return usageErrorf("--a2a-listen: the gateway needs the embedded NATS server, not --nats-url")
+	}
 	if o.bus == "pipe" {
-		for name, set := range map[string]*bool{"listen": ptr(o.listen != ""), "allow-remote": &o.allowRemote, "nats-url": ptr(o.natsURL != ""), "nats-creds": ptr(o.natsCreds != ""), "connection-file": ptr(o.connectionFile != "")} {
+		for name, set := range map[string]*bool{"listen": ptr(o.listen != ""), "allow-remote": &o.allowRemote, "nats-url": ptr(o.natsURL != ""), "nats-creds": ptr(o.natsCreds != ""), "connection-file": ptr(o.connectionFile != ""), "a2a-listen": ptr(o.a2aListen != "")} {
 			if *set && o.origins[name] != fromEnv {
 				return usageErrorf("--%s is for the NATS bus, not --bus=pipe", name)
 			}
 		}
 		// From the environment they are meant for NATS brokers: ignored.
-		o.listen, o.allowRemote, o.natsURL, o.natsCreds, o.connectionFile = "", false, "", "", ""
+		o.listen, o.allowRemote, o.natsURL, o.natsCreds, o.connectionFile, o.a2aListen = "", false, "", "", "", ""
 	}
 	if o.dataDir == noDataDir {
 		return errors.New("no default data dir: neither XDG_STATE_HOME nor HOME is set; give --data-dir (\"\" keeps tasks in memory)")
@@ -205,6 +218,11 @@ func (o *serveOptions) validate() error {
 	if o.bus == "nats" && o.natsURL == "" {
 		if err := natsbus.CheckListen(o.listen, o.allowRemote); err != nil {
 			return usageErrorf("--listen: %v", err)
+		}
+	}
+	if o.a2aListen != "" {
+		if err := natsbus.CheckListen(o.a2aListen, o.allowRemote); err != nil {
+			return usageErrorf("--a2a-listen: %v", err)
 		}
 	}
 	return nil
@@ -283,19 +301,40 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	if srv := bus.Server(); srv != nil {
 		info.Token = srv.Token()
 	}
+	// The gateway's port is taken before the connection file is written;
+	// clients that come early wait in the listen queue until it serves.
+	var gwListener net.Listener
+	if o.a2aListen != "" {
+		if gwListener, err = net.Listen("tcp", o.a2aListen); err != nil {
+			return fmt.Errorf("--a2a-listen: %w", err)
+		}
+		defer gwListener.Close()
+		info.A2AURL, info.A2AToken = "http://"+gwListener.Addr().String(), secret.Hex(32)
+	}
 	if err := claim.Write(info); err != nil {
 		return err
 	}
-	b, err := broker.New(ctx, bus, o.brokerConfig(st, log))
+	cfg := o.brokerConfig(st, log)
+	if gwListener != nil {
+		cfg.HiddenSessions = []string{gateway.DefaultSession}
+	}
+	b, err := broker.New(ctx, bus, cfg)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	stopGateway := func() {}
+	if gwListener != nil {
+		if stopGateway, err = startGateway(ctx, bus, gwListener, info, o, log); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(gate.w, path)
 	gate.open()
-	log.Info("serving on NATS", "url", bus.URL(), "connectionFile", path, "embedded", bus.Server() != nil)
+	log.Info("serving on NATS", "url", bus.URL(), "connectionFile", path, "embedded", bus.Server() != nil, "a2aGateway", info.A2AURL)
 	<-ctx.Done()
 	log.Info("shutting down", "why", why(ctx))
+	stopGateway()
 	bus.Close()
 	b.Close()
 	if err := claim.Release(); err != nil {
@@ -303,6 +342,40 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// startGateway serves the A2A 1.0 gateway on ln, as a client of the
+// broker through an in-process connection. stop ends its streams, lets
+// its agent go and closes the HTTP server, within a second.
+func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info connfile.Info, o serveOptions, log *slog.Logger) (stop func(), err error) {
+	client, err := bus.Connect(natsbus.ClientConfig{})
+	if err != nil {
+		return nil, err
+	}
+	g, err := gateway.New(ctx, client, gateway.Config{Token: info.A2AToken, BaseURL: info.A2AURL, MaxBodyBytes: int64(o.maxMessageBytes), Version: version.String(), Logger: log})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("the A2A gateway stopped", "error", err)
+		}
+	}()
+	log.Info("A2A gateway", "url", info.A2AURL+"/agents")
+	return func() {
+		g.Close() // ends the streams and blocking sends
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+		<-served
+		client.Close()
+	}, nil
 }
 
 // errParentGone ends serve when its parent process has gone.

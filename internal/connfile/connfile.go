@@ -25,6 +25,10 @@ type Info struct {
 	URL   string `json:"url"`
 	Token string `json:"token,omitempty"`
 	PID   int    `json:"pid"`
+	// A2AURL and A2AToken are the A2A gateway's base URL and bearer token
+	// (serve --a2a-listen); absent when it is off.
+	A2AURL   string `json:"a2aUrl,omitempty"`
+	A2AToken string `json:"a2aToken,omitempty"`
 }
 
 // ErrRunning is returned by Claim when a live broker holds the file.

@@ -1,0 +1,155 @@
+package e2e_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/host"
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// bearer adds a token to every request, as an A2A client configured with
+// the gateway's a2aToken does.
+type bearer struct{ tok string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.tok)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func gwCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// joinHost joins the sidecar as the desktop host does: through its
+// connection file.
+func joinHost(t *testing.T, s *sidecar) *host.Host {
+	h, err := host.Open(gwCtx(t), host.Config{Bus: host.NATS, ConnectionFile: s.connFile})
+	require.NoError(t, err)
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+func spawn(t *testing.T, h *host.Host, session, name string) *runtime.Delegate {
+	rt, err := h.Session(gwCtx(t), session)
+	require.NoError(t, err)
+	d, err := rt.Spawn(gwCtx(t), wire.AgentCard{Name: name, Description: "takes notes"})
+	require.NoError(t, err)
+	return d
+}
+
+// TestAnOfficialA2AClientReachesADelegateThroughServe is the gateway's
+// scenario on a real `serve --a2a-listen 127.0.0.1:0`, with the official
+// Go SDK: resolve a delegate's card, send it a message; the delegate's
+// runtime wakes with an ordinary task, works on it with an artifact and
+// completes it; the client sees the completed task and the stream each
+// update in order.
+func TestAnOfficialA2AClientReachesADelegateThroughServe(t *testing.T) {
+	s := startSidecar(t, "--a2a-listen", "127.0.0.1:0")
+	require.NotEmpty(t, s.a2aURL, "the connection file names the gateway")
+	require.NotEmpty(t, s.a2aToken)
+	h := joinHost(t, s)
+	d := spawn(t, h, "chat-1", "scribe")
+
+	hc := &http.Client{Transport: bearer{s.a2aToken}}
+	card, err := agentcard.NewResolver(hc).Resolve(gwCtx(t), s.a2aURL+"/agents/"+d.ID())
+	require.NoError(t, err)
+	c, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc))
+	require.NoError(t, err)
+	defer c.Destroy()
+
+	worked := make(chan error, 1)
+	go func() {
+		for n := 0; n < 2; {
+			ev, err := d.Wait(gwCtx(t))
+			if err != nil {
+				worked <- err
+				return
+			}
+			if ev.Task == nil || ev.Task.Kind != wire.EventCreated {
+				continue
+			}
+			n++
+			if _, err := d.Update(gwCtx(t), ev.Task.TaskID, wire.StateWorking, nil, wire.Artifact{Name: "notes", Parts: []wire.Part{wire.TextPart("seat 2 is free")}}); err != nil {
+				worked <- err
+				return
+			}
+			if _, err := d.Update(gwCtx(t), ev.Task.TaskID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}}); err != nil {
+				worked <- err
+				return
+			}
+		}
+		worked <- nil
+	}()
+
+	res, err := c.SendMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("is seat 2 free?"))})
+	require.NoError(t, err)
+	task := res.(*a2a.Task)
+	assert.Equal(t, a2a.TaskStateCompleted, task.Status.State)
+	require.Len(t, task.Artifacts, 1)
+
+	var kinds []string
+	for ev, err := range c.SendStreamingMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("and seat 3?"))}) {
+		require.NoError(t, err)
+		switch v := ev.(type) {
+		case *a2a.Task:
+			kinds = append(kinds, "task:"+string(v.Status.State))
+		case *a2a.TaskArtifactUpdateEvent:
+			kinds = append(kinds, "artifact")
+		case *a2a.TaskStatusUpdateEvent:
+			kinds = append(kinds, "status:"+string(v.Status.State))
+		}
+	}
+	assert.Equal(t, []string{"task:TASK_STATE_SUBMITTED", "status:TASK_STATE_WORKING", "artifact", "status:TASK_STATE_COMPLETED"}, kinds)
+	require.NoError(t, <-worked)
+
+	got, err := c.GetTask(gwCtx(t), &a2a.GetTaskRequest{ID: task.ID})
+	require.NoError(t, err)
+	assert.Equal(t, a2a.TaskStateCompleted, got.Status.State)
+	list, err := c.ListTasks(gwCtx(t), &a2a.ListTasksRequest{})
+	require.NoError(t, err)
+	assert.Len(t, list.Tasks, 2)
+
+	// A wrong token is 401.
+	resp, err := (&http.Client{Transport: bearer{"wrong"}}).Get(s.a2aURL + "/agents")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}
+
+// TestTheGatewayChangesNoDelegatesView: agents.list and the choice of a
+// send without to are the same with the gateway on and off.
+func TestTheGatewayChangesNoDelegatesView(t *testing.T) {
+	view := func(args ...string) (peers []string, chosen string) {
+		s := startSidecar(t, args...)
+		h := joinHost(t, s)
+		a := spawn(t, h, "chat-1", "discussant")
+		b := spawn(t, h, "chat-2", "scribe")
+		cards, err := a.Peers(gwCtx(t))
+		require.NoError(t, err)
+		for _, c := range cards {
+			peers = append(peers, c.AgentID)
+		}
+		task, err := a.Send(gwCtx(t), "", wire.Message{Parts: []wire.Part{wire.TextPart("seat 2?")}}, nil)
+		require.NoError(t, err)
+		require.Equal(t, b.ID(), task.AgentName)
+		return peers, task.AgentName
+	}
+	offPeers, offChosen := view()
+	onPeers, onChosen := view("--a2a-listen", "127.0.0.1:0")
+	assert.Equal(t, offPeers, onPeers)
+	assert.Equal(t, offChosen, onChosen)
+	assert.Equal(t, []string{"scribe"}, onPeers)
+}
