@@ -153,3 +153,75 @@ func TestTheGatewayChangesNoDelegatesView(t *testing.T) {
 	assert.Equal(t, offChosen, onChosen)
 	assert.Equal(t, []string{"scribe"}, onPeers)
 }
+
+// TestAnOfficialA2AClientCancelsAndResubscribesThroughServe: on a real
+// serve, a task the client starts without waiting; a subscription dropped
+// after its first event and taken again loses nothing; the client cancels
+// and the delegate hears of it; an agent that leaves is gone from
+// /agents, and a send to it is refused with its a2a-bus code.
+func TestAnOfficialA2AClientCancelsAndResubscribesThroughServe(t *testing.T) {
+	s := startSidecar(t, "--a2a-listen", "127.0.0.1:0")
+	h := joinHost(t, s)
+	d := spawn(t, h, "chat-1", "scribe")
+	hc := &http.Client{Transport: bearer{s.a2aToken}}
+	card, err := agentcard.NewResolver(hc).Resolve(gwCtx(t), s.a2aURL+"/agents/"+d.ID())
+	require.NoError(t, err)
+	c, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc))
+	require.NoError(t, err)
+	defer c.Destroy()
+
+	res, err := c.SendMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("take seat 2")), Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
+	require.NoError(t, err)
+	task := res.(*a2a.Task)
+	require.Equal(t, a2a.TaskStateSubmitted, task.Status.State)
+	ev, err := d.Wait(gwCtx(t))
+	require.NoError(t, err)
+	require.Equal(t, string(task.ID), ev.Task.TaskID, "the delegate wakes with an ordinary task")
+
+	// A subscription dropped after its first event.
+	ctx, cancel := context.WithCancel(gwCtx(t))
+	for ev, err := range c.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: task.ID}) {
+		require.NoError(t, err)
+		require.IsType(t, &a2a.Task{}, ev)
+		break
+	}
+	cancel()
+	_, err = d.Update(gwCtx(t), string(task.ID), wire.StateWorking, nil, wire.Artifact{Name: "half", Parts: []wire.Part{wire.TextPart("row 4")}})
+	require.NoError(t, err)
+	// Taken again: the task as it is now, with what happened meanwhile.
+	for ev, err := range c.SubscribeToTask(gwCtx(t), &a2a.SubscribeToTaskRequest{ID: task.ID}) {
+		require.NoError(t, err)
+		snap := ev.(*a2a.Task)
+		assert.Equal(t, a2a.TaskStateWorking, snap.Status.State)
+		require.Len(t, snap.Artifacts, 1)
+		break
+	}
+	got, err := c.GetTask(gwCtx(t), &a2a.GetTaskRequest{ID: task.ID})
+	require.NoError(t, err)
+	assert.Equal(t, a2a.TaskStateWorking, got.Status.State)
+
+	canceled, err := c.CancelTask(gwCtx(t), &a2a.CancelTaskRequest{ID: task.ID})
+	require.NoError(t, err)
+	assert.Equal(t, a2a.TaskStateCanceled, canceled.Status.State)
+	for {
+		ev, err := d.Wait(gwCtx(t))
+		require.NoError(t, err)
+		if ev.Task != nil && ev.Task.Task.Status.State == wire.StateCanceled {
+			break
+		}
+	}
+	_, err = c.CancelTask(gwCtx(t), &a2a.CancelTaskRequest{ID: task.ID})
+	assert.ErrorIs(t, err, a2a.ErrTaskNotCancelable)
+	_, err = c.GetTask(gwCtx(t), &a2a.GetTaskRequest{ID: "no-such-task"})
+	assert.ErrorIs(t, err, a2a.ErrTaskNotFound)
+
+	require.NoError(t, d.Settle(gwCtx(t)))
+	resp, err := hc.Get(s.a2aURL + "/agents/" + d.ID() + "/.well-known/agent-card.json")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "a deregistered agent's card is gone")
+	_, err = c.SendMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("still there?"))})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, a2a.ErrServerError)
+	assert.Contains(t, err.Error(), "no live agent")
+}

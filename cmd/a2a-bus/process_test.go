@@ -140,11 +140,11 @@ func TestTheA2AGatewayFlagsAreChecked(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--a2a-listen", "0.0.0.0:0"}, "not loopback"},
+		{[]string{"--a2a-listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "not loopback"},
 		{[]string{"--bus=pipe", "--a2a-listen", "127.0.0.1:0"}, "--a2a-listen is for the NATS bus"},
-		{[]string{"--nats-url", "nats://127.0.0.1:1", "--a2a-listen", "127.0.0.1:0"}, "needs the embedded NATS server"},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--a2a-listen", "127.0.0.1:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "needs the embedded NATS server"},
 	} {
-		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, tc.args...)...)
+		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve"}, tc.args...)...)
 		cmd.Env = testEnv(t)
 		out, err := cmd.CombinedOutput()
 		var exit *exec.ExitError
