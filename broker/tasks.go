@@ -286,7 +286,12 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		SendKey:           k.name,
 		SendDigest:        k.digest,
 	}
-	rec.Size = jsonLen(&rec.Task)
+	// The task's JSON is its size and its answer: encoded once.
+	taskJSON, err := json.Marshal(&rec.Task)
+	if err != nil {
+		return nil, wire.ErrInternal.Withf("cannot encode the task")
+	}
+	rec.Size = len(taskJSON)
 	if rec.Size > b.limits.Task {
 		return nil, b.tooBig()
 	}
@@ -299,7 +304,16 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		return nil, b.storeFailure("create task", err)
 	}
 	b.notifyTask(&rec.Task, peer.id, peer.session, self.session, wire.EventCreated, &msg)
-	return wire.TaskResult{Task: &rec.Task}, nil
+	return taskResult(taskJSON), nil
+}
+
+// taskResult is a TaskResult around a task already encoded: the bytes
+// json.Marshal(wire.TaskResult{Task: t}) makes.
+func taskResult(taskJSON []byte) json.RawMessage {
+	out := make([]byte, 0, len(taskJSON)+10)
+	out = append(out, `{"task":`...)
+	out = append(out, taskJSON...)
+	return append(out, '}')
 }
 
 // maxArtifactsPerUpdate bounds the artifacts one update adds.
