@@ -47,8 +47,21 @@ type fairQueue struct {
 	turn    []*fairKey  // keys with waiting requests, in round-robin order
 	timer   *time.Timer // starts what a rate held back
 	unlimit map[string]bool
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // the workers
+	// work hands a job to an idle worker; quit ends the idle ones.
+	work       chan workItem
+	quit       chan struct{}
+	quitClosed bool
 }
+
+// workItem is a job to run for a key.
+type workItem struct {
+	k   *fairKey
+	job fairJob
+}
+
+// workerIdle is how long a worker waits for its next job before it ends.
+const workerIdle = time.Second
 
 type fairKey struct {
 	key     string
@@ -73,7 +86,7 @@ type fairJob struct {
 // newFairQueue returns a queue; the keys in unlimited (the host's) have
 // no rate bound.
 func newFairQueue(lim fairLimits, unlimited ...string) *fairQueue {
-	q := &fairQueue{lim: lim, keys: map[string]*fairKey{}, unlimit: map[string]bool{}}
+	q := &fairQueue{lim: lim, keys: map[string]*fairKey{}, unlimit: map[string]bool{}, work: make(chan workItem), quit: make(chan struct{})}
 	for _, k := range unlimited {
 		q.unlimit[k] = true
 	}
@@ -188,14 +201,36 @@ func (q *fairQueue) requeue(keys []*fairKey) {
 	}
 }
 
-// start runs job for k in a goroutine of its own. q.mu is held.
+// start runs job for k on an idle worker, or a new one. Workers stay a
+// while for the next job: a request then runs on a goroutine whose stack
+// has already grown to what serving takes. q.mu is held.
 func (q *fairQueue) start(k *fairKey, job fairJob) {
 	q.running++
 	k.running++
-	q.wg.Go(func() {
-		job.run(true)
-		q.done(k)
-	})
+	select {
+	case q.work <- workItem{k, job}:
+	default:
+		q.wg.Go(func() { q.worker(workItem{k, job}) })
+	}
+}
+
+// worker runs its job, then the jobs handed to it, until it has idled
+// for workerIdle or the queue closes.
+func (q *fairQueue) worker(it workItem) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		it.job.run(true)
+		q.done(it.k)
+		idle.Reset(workerIdle)
+		select {
+		case it = <-q.work:
+		case <-idle.C:
+			return
+		case <-q.quit:
+			return
+		}
+	}
 }
 
 // done ends one of k's requests and starts the next ones due.
@@ -287,6 +322,10 @@ func (q *fairQueue) close() {
 		k.waiting, k.bytes = nil, 0
 	}
 	q.turn = nil
+	if !q.quitClosed {
+		q.quitClosed = true
+		close(q.quit)
+	}
 	q.mu.Unlock()
 	for _, j := range left {
 		j.run(false)
