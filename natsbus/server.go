@@ -102,7 +102,8 @@ type Server struct {
 	stop      chan struct{} // closed by Close: the watchdog returns
 	kick      chan struct{} // wakes the watchdog early: much was published
 	sent      atomic.Int64  // bytes published since the watchdog last looked
-	lastCut   time.Time     // the watchdog's: when it last cut a connection
+	lastCut   time.Time     // the watchdog's: when it last saw a backlog or a burst
+	burst     int64         // the watchdog's: bytes published since it last gave memory back
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 }
@@ -266,21 +267,27 @@ func (s *Server) watch() {
 		case <-tick.C:
 		case <-s.kick:
 		}
-		s.sent.Store(0)
-		if s.cutSlowSessions() {
+		sent := s.sent.Swap(0)
+		s.burst += sent
+		// Memory goes back to the system once a backlog (connections
+		// holding more than a MiB in all, which this watchdog or the
+		// server's write deadline cuts) or a burst (as much published as
+		// all sessions may hold) is over.
+		if cut, pending := s.cutSlowSessions(); cut || pending >= kickEvery || (sent > 0 && s.burst >= int64(s.cfg.MaxSessionPending)) {
 			s.lastCut = time.Now()
 		} else if !s.lastCut.IsZero() && time.Since(s.lastCut) >= time.Second {
-			// What the cut connections held is garbage now: once the
-			// cutting is over, give it back to the system at once rather
-			// than when the runtime gets round to it.
-			s.lastCut = time.Time{}
+			// What the cut connections and the burst held is garbage
+			// now: once it is over, give it back to the system at once
+			// rather than when the runtime gets round to it.
+			s.lastCut, s.burst = time.Time{}, 0
 			debug.FreeOSMemory()
 		}
 	}
 }
 
-// cutSlowSessions cuts what watch says, and reports whether it cut any.
-func (s *Server) cutSlowSessions() bool {
+// cutSlowSessions cuts what watch says. It reports whether it cut any,
+// and the session connections' pending bytes it saw.
+func (s *Server) cutSlowSessions() (bool, int) {
 	s.mu.Lock()
 	sessionOf := map[uint64]string{}
 	for _, cred := range s.users {
@@ -290,12 +297,12 @@ func (s *Server) cutSlowSessions() bool {
 	}
 	s.mu.Unlock()
 	if len(sessionOf) == 0 {
-		return false
+		return false, 0
 	}
 	// The connections with the most waiting, largest first.
 	cz, err := s.ns.Connz(&server.ConnzOptions{Sort: server.ByPending, Limit: 256})
 	if err != nil {
-		return false
+		return false, 0
 	}
 	total := 0
 	bySession := map[string]int{}
@@ -307,6 +314,7 @@ func (s *Server) cutSlowSessions() bool {
 			slow = append(slow, c)
 		}
 	}
+	seen := total
 	cut := false
 	for _, c := range slow { // largest first
 		session := sessionOf[c.Cid]
@@ -319,7 +327,7 @@ func (s *Server) cutSlowSessions() bool {
 		bySession[session] -= c.Pending
 		cut = true
 	}
-	return cut
+	return cut, seen
 }
 
 // CheckListen reports whether a Listen setting would be accepted:
