@@ -44,6 +44,10 @@ func TestAHiddenSessionChangesNoDelegatesView(t *testing.T) {
 	require.NoError(t, err)
 	e.event("chat-2")
 
+	// Not even by name.
+	_, err = a.trySend(gw.id, "hello?")
+	requireCode(t, err, wire.ErrUnknownAgent)
+
 	// The gateway acts like any agent: it sends by name, and is answered.
 	t2, err := gw.send(a.id, "from an A2A client")
 	require.NoError(t, err)

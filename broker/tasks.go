@@ -139,7 +139,8 @@ func (b *Broker) resolvePeer(self *agent, to string) (*agent, *wire.Error) {
 	defer r.mu.RUnlock()
 	if to != "" {
 		peer := r.byID[to]
-		if peer == nil {
+		if peer == nil || (peer.hidden && !self.hidden) {
+			// A hidden agent is no delegate's peer, not even by name.
 			return nil, wire.ErrUnknownAgent.Withf("no live agent %s", wire.Quote(to))
 		}
 		return peer, nil
@@ -307,6 +308,18 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 	return taskResult(taskJSON), nil
 }
 
+// changeTime is the time of a change to r: now, but always after its
+// last change (times have milliseconds), so that a task's updatedAt and
+// status timestamps strictly increase and a reader can tell two changes
+// of the same millisecond apart (PROTOCOL §3).
+func (b *Broker) changeTime(r *store.Record) wire.Time {
+	now := wire.NewTime(b.cfg.Now())
+	if !now.After(r.Task.UpdatedAt.Time) {
+		now = wire.Time{Time: r.Task.UpdatedAt.Add(time.Millisecond)}
+	}
+	return now
+}
+
 // taskResult is a TaskResult around a task already encoded: the bytes
 // json.Marshal(wire.TaskResult{Task: t}) makes.
 func taskResult(taskJSON []byte) json.RawMessage {
@@ -417,7 +430,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 			return err
 		}
 		r.Task.History = append(r.Task.History, msg)
-		r.Task.UpdatedAt = wire.NewTime(b.cfg.Now())
+		r.Task.UpdatedAt = b.changeTime(r)
 		return nil
 	})
 	if res, werr, done := b.keyOutcome(ctx, p.TaskID, p.Message.MessageID, err); done {
@@ -600,7 +613,7 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 		if r.Task.Status.State.Terminal() {
 			return errTerminal
 		}
-		now := wire.NewTime(b.cfg.Now())
+		now := b.changeTime(r)
 		status := wire.TaskStatus{State: state, Timestamp: now, Message: msg}
 		delta := grows + jsonLen(&status) - jsonLen(&r.Task.Status)
 		if state.Terminal() && msg == nil && len(artifacts) == 0 {
@@ -685,7 +698,7 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 			if r.Task.Status.State.Terminal() {
 				return errTerminal
 			}
-			now := wire.NewTime(b.cfg.Now())
+			now := b.changeTime(r)
 			status := wire.TaskStatus{State: state, Timestamp: now}
 			// A closing is never refused for size: it shrinks the status
 			// or changes it by a few bytes, which the Overhead covers.

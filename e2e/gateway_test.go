@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,4 +225,54 @@ func TestAnOfficialA2AClientCancelsAndResubscribesThroughServe(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, a2a.ErrServerError)
 	assert.Contains(t, err.Error(), "no live agent")
+}
+
+// TestTheGatewaysTasksOutliveARestart: tasks A2A clients started are the
+// gateway agent's, whose instance id is fixed; after serve stops (cleanly
+// or killed) and starts again on the same data dir, the clients read
+// them all, and a clean stop cancels none of them.
+func TestTheGatewaysTasksOutliveARestart(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			data := t.TempDir()
+			s := startSidecar(t, "--a2a-listen", "127.0.0.1:0", "--data-dir", data)
+			h := joinHost(t, s)
+			d := spawn(t, h, "chat-1", "scribe")
+			hc := &http.Client{Transport: bearer{s.a2aToken}}
+			card, err := agentcard.NewResolver(hc).Resolve(gwCtx(t), s.a2aURL+"/agents/"+d.ID())
+			require.NoError(t, err)
+			c, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc))
+			require.NoError(t, err)
+			now := &a2a.SendMessageConfig{ReturnImmediately: true}
+			r1, err := c.SendMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("one")), Config: now})
+			require.NoError(t, err)
+			r2, err := c.SendMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("two")), Config: now})
+			require.NoError(t, err)
+			done, open := string(r1.(*a2a.Task).ID), string(r2.(*a2a.Task).ID)
+			_, err = d.Update(gwCtx(t), done, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("the answer")}})
+			require.NoError(t, err)
+			_, err = d.Update(gwCtx(t), open, wire.StateWorking, nil)
+			require.NoError(t, err)
+			c.Destroy()
+			require.NoError(t, s.cmd.Process.Signal(sig))
+			<-s.done
+
+			s2 := startSidecar(t, "--a2a-listen", "127.0.0.1:0", "--data-dir", data)
+			hc2 := &http.Client{Transport: bearer{s2.a2aToken}}
+			h2 := joinHost(t, s2)
+			spawn(t, h2, "chat-1", "scribe")
+			card, err = agentcard.NewResolver(hc2).Resolve(gwCtx(t), s2.a2aURL+"/agents/scribe")
+			require.NoError(t, err)
+			c2, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc2))
+			require.NoError(t, err)
+			defer c2.Destroy()
+			got, err := c2.GetTask(gwCtx(t), &a2a.GetTaskRequest{ID: a2a.TaskID(done)})
+			require.NoError(t, err, "a finished task's result survives")
+			assert.Equal(t, a2a.TaskStateCompleted, got.Status.State)
+			assert.Equal(t, "the answer", got.Status.Message.Parts[0].Text())
+			got, err = c2.GetTask(gwCtx(t), &a2a.GetTaskRequest{ID: a2a.TaskID(open)})
+			require.NoError(t, err, "an open task is still the clients'")
+			assert.Equal(t, a2a.TaskStateWorking, got.Status.State, "the gateway's stop canceled nothing")
+		})
+	}
 }

@@ -9,20 +9,25 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
-	"github.com/google/uuid"
 
 	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/transport"
@@ -31,6 +36,14 @@ import (
 
 // DefaultSession is the gateway's session.
 const DefaultSession = "a2a-gateway"
+
+// Instance is the instance id of the gateway's agent.
+const Instance = "a2a-gateway"
+
+// pollEvery is how often a waiting request reads its task again, events
+// or not: a safety net under the event feed (a session closed by the
+// host, a resync that reported nothing).
+const pollEvery = 5 * time.Second
 
 // Config configures a Gateway.
 type Config struct {
@@ -106,7 +119,9 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 		sess.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	d, err := rt.Spawn(ctx, wire.AgentCard{Name: "a2a-gateway", Description: "acts for the A2A clients of the gateway"})
+	// A fixed instance id: after a restart of the broker (or of serve) the
+	// gateway's agent gets its tasks back, and its clients with them.
+	d, err := rt.SpawnInstance(ctx, wire.AgentCard{Name: "a2a-gateway", Description: "acts for the A2A clients of the gateway"}, Instance)
 	if err != nil {
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register: %w", err)
@@ -118,12 +133,14 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 	return g, nil
 }
 
-// Close stops the gateway: its agent deregisters, its session closes.
-// Idempotent.
+// Close stops the gateway: its waiting requests end and its session
+// closes. Its agent stays registered, with its tasks open: the next
+// gateway on this broker, or on its restart, takes them back (PROTOCOL
+// §12). Idempotent.
 func (g *Gateway) Close() error {
 	g.cancel()
 	<-g.done
-	return g.rt.Close()
+	return g.rt.Leave()
 }
 
 // pump hands the gateway agent's events to the requests that wait for
@@ -140,9 +157,10 @@ func (g *Gateway) pump() {
 		case ev.Task != nil:
 			g.deliver(ev.Task)
 		case ev.Resync != nil:
-			for _, t := range ev.Resync.Changed {
-				g.deliver(&wire.TaskEvent{TaskID: t.ID, Kind: wire.EventStatus, Task: t.WithoutHistory(), Final: t.Status.State.Terminal()})
-			}
+			// The runtime lost events: every waiter reads its task again
+			// (Changed is what the runtime had not seen, and the gateway's
+			// own reads count as seen).
+			g.lagAll()
 		}
 	}
 }
@@ -234,8 +252,25 @@ func (g *Gateway) deliver(ev *wire.TaskEvent) {
 	}
 }
 
-// next returns the task's next change: an event, or after a drop the
-// task as it is now.
+// lagAll has every waiter read its task again.
+func (g *Gateway) lagAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, subs := range g.subs {
+		for s := range subs {
+			s.mu.Lock()
+			s.lag = true
+			s.mu.Unlock()
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// next returns the task's next change: an event, or after a drop (and
+// every pollEvery without one) the task as it is now.
 func (g *Gateway) next(ctx context.Context, s *sub, taskID string) (*wire.TaskEvent, error) {
 	s.mu.Lock()
 	lagged := s.lag
@@ -248,16 +283,76 @@ func (g *Gateway) next(ctx context.Context, s *sub, taskID string) (*wire.TaskEv
 		}
 		return &wire.TaskEvent{TaskID: t.ID, Kind: wire.EventStatus, Task: t.WithoutHistory(), Final: t.Status.State.Terminal()}, nil
 	}
+	poll := time.NewTimer(pollEvery)
+	defer poll.Stop()
 	select {
 	case ev := <-s.c:
 		return ev, nil
 	case <-s.kick:
+		return g.next(ctx, s, taskID)
+	case <-poll.C:
+		s.mu.Lock()
+		s.lag = true
+		s.mu.Unlock()
 		return g.next(ctx, s, taskID)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-g.ctx.Done():
 		return nil, a2a.NewError(a2a.ErrInternalError, "the gateway is shutting down")
 	}
+}
+
+// BodyTimeout bounds the reading of a request's body.
+const BodyTimeout = 30 * time.Second
+
+// The HTTP server's bounds (Server): what a local process without the
+// token can hold open is bounded too.
+const (
+	// MaxConnections bounds the connections open at once.
+	MaxConnections = 256
+	// IdleTimeout closes a keep-alive connection idle this long.
+	IdleTimeout = 30 * time.Second
+	// HeaderTimeout bounds the reading of a request's headers.
+	HeaderTimeout = 10 * time.Second
+)
+
+// Server is an HTTP server of the gateway's Handler, with the bounds above.
+func (g *Gateway) Server() *http.Server {
+	return &http.Server{Handler: g.Handler(), ReadHeaderTimeout: HeaderTimeout, IdleTimeout: IdleTimeout, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+}
+
+// LimitListener bounds ln to MaxConnections open at once: beyond, a new
+// connection waits in the listen queue.
+func LimitListener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, MaxConnections)}
+}
+
+type limitListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }
 
 // agentKey carries the agent a request's path names.
@@ -277,17 +372,35 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /agents", g.serveAgents)
 	mux.HandleFunc("GET /agents/{agent}/.well-known/agent-card.json", g.serveCard)
 	mux.HandleFunc("POST /agents/{agent}", func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes)
+		// The body is read whole, within BodyTimeout, then the read
+		// deadline goes: a stream may last as long as its task.
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(BodyTimeout))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+		if err != nil {
+			w.Header().Set("Connection", "close")
+			_ = rc.SetReadDeadline(time.Now())
+			http.Error(w, "the request body: "+err.Error(), http.StatusRequestEntityTooLarge)
+			return
+		}
+		_ = rc.SetReadDeadline(time.Time{})
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		g.rpc.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, r.PathValue("agent"))))
 	})
 	return g.auth(mux)
 }
 
 func (g *Gateway) auth(next http.Handler) http.Handler {
-	want := []byte("Bearer " + g.cfg.Token)
+	want := []byte(g.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="a2a-bus"`)
+			// No idle connection for a stranger, nor a wait for the rest
+			// of a body it sends slowly: the server would read it to keep
+			// the connection.
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 			http.Error(w, "a bearer token is required: a2aToken in the broker's connection file", http.StatusUnauthorized)
 			return
 		}
@@ -379,6 +492,11 @@ func writeJSON(w http.ResponseWriter, v any) {
 // request names; another is TaskNotFound, as is one that does not exist.
 func (g *Gateway) ownTask(ctx context.Context, id a2a.TaskID) (*wire.Task, error) {
 	t, err := g.d.Task(ctx, string(id))
+	if errors.Is(err, wire.ErrUnknownAgent) {
+		// A task the gateway is no member of is no task of its clients:
+		// not found, as one that does not exist.
+		return nil, a2a.NewError(a2a.ErrTaskNotFound, fmt.Sprintf("no task %s with agent %s", id, agentOf(ctx)))
+	}
 	if err != nil {
 		return nil, Error(err, false)
 	}
@@ -461,45 +579,54 @@ func (g *Gateway) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*
 }
 
 // send hands the client's message to the broker: a new task for the
-// agent, or a message on one of its tasks. It returns the task, and a
+// agent, or a message on one of its tasks. It returns the task; the status
+// a wait for the next settled one starts from (a reply waits past the
+// status it answers, a new task or a retried reply does not); and a
 // subscription to its changes made before the send, so none is missed.
-func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.Task, *sub, func(), error) {
+func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.Task, wire.TaskStatus, *sub, func(), error) {
 	agent := agentOf(ctx)
 	msg, err := FromMessage(req.Message)
 	if err != nil {
-		return nil, nil, nil, a2a.NewError(a2a.ErrInvalidParams, err.Error())
+		return nil, wire.TaskStatus{}, nil, nil, a2a.NewError(a2a.ErrInvalidParams, err.Error())
 	}
 	if req.Message.TaskID != "" {
-		if _, err := g.ownTask(ctx, req.Message.TaskID); err != nil {
-			return nil, nil, nil, err
+		before, err := g.ownTask(ctx, req.Message.TaskID)
+		if err != nil {
+			return nil, wire.TaskStatus{}, nil, nil, err
 		}
 		s, unsub := g.subscribe(string(req.Message.TaskID))
 		t, err := g.d.Reply(ctx, string(req.Message.TaskID), *msg)
 		if err != nil {
 			unsub()
-			return nil, nil, nil, Error(err, false)
+			return nil, wire.TaskStatus{}, nil, nil, Error(err, false)
 		}
-		return t, s, unsub, nil
-	}
-	ctxID := req.Message.ContextID
-	if ctxID == "" {
-		ctxID = uuid.NewString()
+		start := t.Status
+		if msg.MessageID != "" && slices.ContainsFunc(before.History, func(m wire.Message) bool { return m.MessageID == msg.MessageID }) {
+			// A retry of a reply made before: the task as it is now
+			// answers it, settled or not.
+			start = wire.TaskStatus{}
+		}
+		return t, start, s, unsub, nil
 	}
 	meta := map[string]any{}
 	for k, v := range req.Metadata {
 		meta[k] = v
 	}
-	meta[MetaKey] = map[string]any{"clientContextId": ctxID}
+	if ctxID := req.Message.ContextID; ctxID != "" {
+		// Without one, the task's id serves (ClientContextID): the send
+		// stays the same change when a client retries it.
+		meta[MetaKey] = map[string]any{"clientContextId": ctxID}
+	}
 	// The task's id is the broker's: what comes during the send is kept,
 	// and the subscription starts with it.
 	p, drop := g.expect()
 	t, err := g.d.Send(ctx, agent, *msg, meta)
 	if err != nil {
 		drop()
-		return nil, nil, nil, Error(err, false)
+		return nil, wire.TaskStatus{}, nil, nil, Error(err, false)
 	}
 	s, unsub := g.subscribeAfter(p, t.ID)
-	return t, s, unsub, nil
+	return t, wire.TaskStatus{}, s, unsub, nil
 }
 
 // settled reports whether a task has reached a state a blocking send or a
@@ -516,7 +643,7 @@ func moved(from, to *wire.TaskStatus) bool {
 // SendMessage implements a2asrv.RequestHandler: it blocks until the task
 // needs input or ends, unless configuration.returnImmediately.
 func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
-	t, s, unsub, err := g.send(ctx, req)
+	t, start, s, unsub, err := g.send(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -530,10 +657,6 @@ func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 	}
 	// The task as it is now closes the gap between the send and the
 	// subscription; events follow.
-	start := t.Status
-	if req.Message.TaskID == "" {
-		start = wire.TaskStatus{} // a new task: any settled state ends the wait
-	}
 	if t, err = g.d.Task(ctx, t.ID); err != nil {
 		return nil, Error(err, false)
 	}
@@ -552,16 +675,12 @@ func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 // its artifact and status updates in order, until it needs input or ends.
 func (g *Gateway) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		t, s, unsub, err := g.send(ctx, req)
+		t, start, s, unsub, err := g.send(ctx, req)
 		if err != nil {
 			yield(nil, err)
 			return
 		}
 		defer unsub()
-		start := t.Status
-		if req.Message.TaskID == "" {
-			start = wire.TaskStatus{}
-		}
 		g.stream(ctx, s, t, start, yield)
 	}
 }

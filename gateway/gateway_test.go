@@ -301,7 +301,7 @@ func TestTheGatewayGuardsItsDoor(t *testing.T) {
 	d := e.delegate("chat-1", "scribe")
 	other := e.delegate("chat-2", "critic")
 
-	for _, auth := range []string{"", "Bearer wrong", "bearer " + token} {
+	for _, auth := range []string{"", "Bearer wrong", "Basic " + token, "Bearer" + token} {
 		req, _ := http.NewRequest("GET", e.base+"/agents", nil)
 		if auth != "" {
 			req.Header.Set("Authorization", auth)

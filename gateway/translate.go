@@ -310,8 +310,11 @@ func Error(err error, cancel bool) error {
 	}
 	var we *wire.Error
 	if !errors.As(err, &we) {
-		if errors.Is(err, transport.ErrUnavailable) {
+		switch {
+		case errors.Is(err, transport.ErrUnavailable):
 			return a2a.NewError(a2a.ErrInternalError, "the broker is unavailable")
+		case errors.Is(err, transport.ErrTooLarge):
+			return a2a.NewError(a2a.ErrInvalidParams, "the message is over the broker's message limit (--max-message-bytes)")
 		}
 		return a2a.NewError(a2a.ErrInternalError, err.Error())
 	}
@@ -323,6 +326,8 @@ func Error(err error, cancel bool) error {
 		target = a2a.ErrTaskNotCancelable
 	case we.Code == wire.ErrInvalidParams.Code:
 		target = a2a.ErrInvalidParams
+	case we.Code == wire.ErrInvalidRequest.Code:
+		target = a2a.ErrInvalidRequest
 	case we.Code == wire.ErrInternal.Code:
 		target = a2a.ErrInternalError
 	default:

@@ -202,6 +202,13 @@ func (r *Runtime) failAll(err error) {
 // adopts the assigned id, which ID and Prompt tell it. A stable instance
 // id is made for it.
 func (r *Runtime) Spawn(ctx context.Context, card wire.AgentCard) (*Delegate, error) {
+	return r.SpawnInstance(ctx, card, uuid.NewString())
+}
+
+// SpawnInstance is Spawn with the delegate's instance id given: a delegate
+// spawned again with the instance id it had (after a restart of the
+// broker or of its host) gets its tasks back.
+func (r *Runtime) SpawnInstance(ctx context.Context, card wire.AgentCard, instanceID string) (*Delegate, error) {
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
@@ -209,7 +216,7 @@ func (r *Runtime) Spawn(ctx context.Context, card wire.AgentCard) (*Delegate, er
 		return nil, ErrClosed
 	}
 	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
-	d := &Delegate{r: r, instance: uuid.NewString(), asked: card.Name, card: card, seen: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	d := &Delegate{r: r, instance: instanceID, asked: card.Name, card: card, seen: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
 	admitted, err := r.admit(ctx, d)
 	if err != nil {
 		return nil, err
@@ -271,7 +278,16 @@ func (r *Runtime) Delegates() []*Delegate { return r.live() }
 
 // Close settles every live delegate (deregistering it), stops the event
 // pump and closes the session. Idempotent.
-func (r *Runtime) Close() error {
+func (r *Runtime) Close() error { return r.close(true) }
+
+// Leave closes the runtime like Close, but leaves its delegates
+// registered: their tasks stay open, and spawning the same instance ids
+// again (SpawnInstance) takes them back. For a host that stops and comes
+// back, such as the A2A gateway across a broker restart. Idempotent, and
+// once closed by either, the other does nothing.
+func (r *Runtime) Leave() error { return r.close(false) }
+
+func (r *Runtime) close(settle bool) error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -279,11 +295,13 @@ func (r *Runtime) Close() error {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
-	defer cancel()
-	for _, d := range r.live() {
-		if err := d.Settle(ctx); err != nil && !errors.Is(err, ErrSettled) {
-			r.log.Debug("settling a delegate at close failed", "delegate", d.ID(), "error", err)
+	if settle {
+		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
+		defer cancel()
+		for _, d := range r.live() {
+			if err := d.Settle(ctx); err != nil && !errors.Is(err, ErrSettled) {
+				r.log.Debug("settling a delegate at close failed", "delegate", d.ID(), "error", err)
+			}
 		}
 	}
 	r.cancel()

@@ -357,17 +357,17 @@ func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info c
 		client.Close()
 		return nil, err
 	}
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := g.Server()
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(gateway.LimitListener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("the A2A gateway stopped", "error", err)
 		}
 	}()
 	log.Info("A2A gateway", "url", info.A2AURL+"/agents")
 	return func() {
-		g.Close() // ends the streams and blocking sends
+		g.Close() // ends the streams and blocking sends; the agent stays registered
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
