@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -49,25 +48,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func newEnv(t *testing.T) *env {
-	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(context.Background(), bus, broker.Config{HiddenSessions: []string{gateway.DefaultSession}})
-	require.NoError(t, err)
-	var h http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	g, err := gateway.New(ctxT(t), bus, gateway.Config{Token: token, BaseURL: srv.URL, Version: "test"})
-	require.NoError(t, err)
-	h = g.Handler()
-	hc := &http.Client{Transport: bearer{token}}
-	t.Cleanup(func() {
-		srv.Close()
-		g.Close()
-		bus.Close()
-		b.Close()
-		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	})
-	return &env{t: t, bus: bus, base: srv.URL, http: hc}
-}
+func newEnv(t *testing.T) *env { return newEnvWith(t, broker.Config{}) }
 
 func (e *env) delegate(session, name string) *runtime.Delegate {
 	sess, err := e.bus.Session(ctxT(e.t), session)
