@@ -112,6 +112,8 @@ type Bus struct {
 	// served holds, per session with credentials, the broker's connection
 	// that serves the session's requests (see sessionsAccount).
 	served map[string]*servedSession
+	// reserves counts the closes of served connections handled (tests).
+	reserves atomic.Int64
 	// reserving runs the replacement of a session's serving connection
 	// that the server closed.
 	reserving sync.WaitGroup
@@ -568,6 +570,13 @@ func (c *gatedConn) Close() error {
 // session flooded it). What it held is lost: that session's requests time
 // out.
 func (b *Bus) reserve(session string, closed *nats.Conn) {
+	defer b.reserves.Add(1)
+	b.mu.Lock()
+	cur := b.served[session]
+	b.mu.Unlock()
+	if cur == nil || cur.nc != closed {
+		return // revoked (a2a.sessions.close) or replaced: nothing to serve anew
+	}
 	b.log.Warn("the server closed a session's connection to the broker; serving it anew", "session", session)
 	if err := b.serveSession(session, closed); err != nil && !errors.Is(err, transport.ErrClosed) {
 		b.log.Error("serving a session anew failed", "session", session, "error", err)

@@ -8,3 +8,6 @@ var (
 	PlainToken = plainToken
 	B64Token   = b64Token
 )
+
+// Reserves counts the closes of served session connections handled.
+func (b *Bus) Reserves() int64 { return b.reserves.Load() }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,4 +345,45 @@ func TestURLsAreShownWithoutCredentials(t *testing.T) {
 		assert.Equal(t, want, got)
 		assert.NotContains(t, got, "s3cr3t")
 	}
+}
+
+// warnings records the messages logged at WARN or above.
+type warnings struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.got = append(w.got, r.Message)
+	return nil
+}
+
+// TestClosingASessionIsNotAWarning: a2a.sessions.close closes the
+// broker's own connection serving the session; that is the close asked
+// for, not a connection the server cut, so it is neither served anew nor
+// logged as a warning.
+func TestClosingASessionIsNotAWarning(t *testing.T) {
+	var w warnings
+	b, err := natsbus.New(natsbus.Config{MaxMessageBytes: testLimit, CloseGrace: testGrace, Logger: slog.New(&w)})
+	require.NoError(t, err)
+	br, err := broker.New(context.Background(), b, broker.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close(); br.Close() })
+	openSession(t, b, "s1")
+	host, err := b.Connect(natsbus.ClientConfig{})
+	require.NoError(t, err)
+	defer host.Close()
+	_, err = host.CallHost(context.Background(), wire.MethodSessionClose, wire.SessionCloseParams{ContextID: "s1"})
+	require.NoError(t, err)
+	// The served connection's close handler runs on its own goroutine:
+	// wait until it has run and any replacement is done.
+	require.Eventually(t, func() bool { return b.Reserves() == 1 }, 5*time.Second, 10*time.Millisecond)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	assert.Empty(t, w.got)
 }
