@@ -1,0 +1,138 @@
+import { ClosedError } from "./errors.js";
+import { quiet, type Bus, type Logger } from "./bus.js";
+import { NatsBus } from "./nats.js";
+import { PipeBus } from "./pipe.js";
+import { Session, type Retry } from "./runtime.js";
+
+export interface HostOptions {
+  /** Which bus: "nats" (the default) or "pipe". */
+  bus?: "nats" | "pipe";
+  /**
+   * The a2a-bus binary to start (default "a2a-bus" from PATH): as a
+   * sidecar on NATS, as a child on the pipe. On NATS, leave it out and
+   * give connectionFile to join a broker that is already running.
+   */
+  binary?: string;
+  /**
+   * NATS: the connection file of the broker to join, or, with binary,
+   * where the sidecar writes its own (default: serve's, docs/PROTOCOL.md §2.2).
+   */
+  connectionFile?: string;
+  /** Where a broker this host starts keeps its durable store; undefined or "" keeps tasks in memory. */
+  dataDir?: string;
+  /** More `serve` flags for a broker this host starts (`--max-tasks-per-context=8`). */
+  args?: string[];
+  /** How long a call waits for its answer before it counts as lost (ms, default 30 000). */
+  callTimeoutMs?: number;
+  /** How often a waiting delegate's session polls for a lost event (ms, default 2 000). */
+  pollMs?: number;
+  /** How a change whose answer was lost is tried again. */
+  retry?: Retry;
+  /** How many events a delegate's wait queue holds (default 4 096). */
+  queue?: number;
+  /** Where logs go (console fits); the default drops them. */
+  logger?: Logger;
+}
+
+/**
+ * A host's handle on the broker: it starts or joins it, rejoins it when it
+ * restarts, and gives a runtime per chat session.
+ *
+ * ```js
+ * const host = await Host.open({ bus: "nats", binary: "a2a-bus" });
+ * const chat = await host.session("chat-1");
+ * const d = await chat.spawn({ name: "discussant" });
+ * ```
+ */
+export class Host {
+  private sessions = new Set<Session>();
+  private closed = false;
+
+  private constructor(
+    /** @internal */ readonly bus: Bus,
+    private readonly o: HostOptions,
+  ) {}
+
+  static async open(o: HostOptions = {}): Promise<Host> {
+    const kind = o.bus ?? "nats";
+    const common = {
+      dataDir: o.dataDir ?? "",
+      args: o.args ?? [],
+      callTimeoutMs: o.callTimeoutMs ?? 30_000,
+      logger: o.logger ?? quiet,
+    };
+    if (kind === "pipe") {
+      const bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"] });
+      try {
+        await bus.start();
+      } catch (err) {
+        await bus.close();
+        throw err;
+      }
+      return new Host(bus, o);
+    }
+    if (kind !== "nats") throw new TypeError(`unknown bus ${JSON.stringify(kind)} (want nats or pipe)`);
+    const join = o.binary === undefined && o.connectionFile !== undefined;
+    const bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile });
+    try {
+      await bus.start();
+    } catch (err) {
+      await bus.close();
+      throw err;
+    }
+    return new Host(bus, o);
+  }
+
+  /** "nats" or "pipe". */
+  get kind(): "nats" | "pipe" {
+    return this.bus.kind;
+  }
+
+  /** The broker's process id, when known. */
+  get brokerPid(): number | undefined {
+    return this.bus.pid();
+  }
+
+  /** How many times the host reached a new broker after losing one. */
+  get rejoins(): number {
+    return this.bus.rejoins();
+  }
+
+  describe(): string {
+    return this.bus.describe();
+  }
+
+  /**
+   * A runtime for one chat session: on NATS it opens the session's own
+   * credential, so that the server itself keeps it to its own subjects.
+   */
+  async session(id: string, opts: { signal?: AbortSignal } = {}): Promise<Session> {
+    if (this.closed) throw new ClosedError("the host is closed");
+    const link = this.bus.session(id);
+    let s: Session;
+    try {
+      s = await Session.open(link, { pollMs: this.o.pollMs, retry: this.o.retry, queue: this.o.queue, logger: this.o.logger ?? quiet }, opts.signal);
+    } catch (err) {
+      await link.close(false);
+      throw err;
+    }
+    this.sessions.add(s);
+    return s;
+  }
+
+  /** A host-only call (a2a.sessions.*, a2a.admin.*). */
+  callHost(method: string, params: object = {}, opts: { signal?: AbortSignal } = {}): Promise<any> {
+    return this.bus.callHost(method, params, opts.signal);
+  }
+
+  /**
+   * Leaves every session (its delegates stay registered, as when the host
+   * dies) and stops a broker this host started. Idempotent.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.sessions].map((s) => s.leave().catch(() => {})));
+    await this.bus.close();
+  }
+}

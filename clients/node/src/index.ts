@@ -1,0 +1,26 @@
+export { Host, type HostOptions } from "./host.js";
+export {
+  Session,
+  Delegate,
+  text,
+  DEFAULT_RETRY,
+  DEFAULT_QUEUE,
+  type WaitEvent,
+  type Resync,
+  type Retry,
+  type State,
+  type UpdateState,
+  type MessageInput,
+  type CardInput,
+  type CallOptions,
+  type SendOptions,
+  type UpdateOptions,
+  type ListOptions,
+  type SpawnOptions,
+} from "./runtime.js";
+export { A2ABusError, UnavailableError, ClosedError, SettledError, Codes, isCode, type Code } from "./errors.js";
+export { Feed, DEFAULT_POLL_MS, type Gap, type FeedItem } from "./feed.js";
+export { readConnectionFile, type ConnectionInfo } from "./connfile.js";
+export { subjectToken } from "./util.js";
+export type { Logger, Notification } from "./bus.js";
+export type * from "./wire.gen.js";

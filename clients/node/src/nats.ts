@@ -1,0 +1,367 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { isAbsolute } from "node:path";
+import { createInterface } from "node:readline";
+
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+
+import { A2ABusError, ClosedError, UnavailableError } from "./errors.js";
+import { readConnectionFile, type ConnectionInfo } from "./connfile.js";
+import {
+  SUBSCRIPTION_QUEUE,
+  resultOf,
+  type Bus,
+  type Logger,
+  type Notification,
+  type SessionLink,
+  type Subscription,
+} from "./bus.js";
+import { Queue, raceAbort, sleep, subjectToken } from "./util.js";
+
+export interface NatsOptions {
+  /** Start this sidecar (its command line; serve's args are appended), or join. */
+  command?: string[];
+  /** The connection file: the sidecar's (--connection-file), or the one to join. */
+  connectionFile?: string;
+  dataDir: string;
+  args: string[];
+  callTimeoutMs: number;
+  logger: Logger;
+}
+
+interface Link {
+  gen: number;
+  nc: NatsConnection;
+  info: ConnectionInfo;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * The NATS bus: the host credential (NATS token auth) on one connection,
+ * and a connection per session with that session's own credential
+ * (a2a.sessions.open), whose inbox prefix is `_INBOX.<T>`
+ * (docs/PROTOCOL.md §2.2). When the broker goes away the host reads its
+ * connection file again until it names a live broker (restarting the
+ * sidecar first when it is the host's own child) and reconnects; each
+ * session opens its credential again on first use.
+ */
+export class NatsBus implements Bus {
+  readonly kind = "nats" as const;
+  private link?: Link;
+  private linkUp: Promise<Link>;
+  private setLink!: (l: Link) => void;
+  private gen = 0;
+  private closed = false;
+  private child?: ChildProcess;
+  private childExited?: Promise<void>;
+  private path?: string;
+  private sessions = new Set<NatsSession>();
+  private backoff = 50;
+  private supervisor?: Promise<void>;
+
+  constructor(private readonly o: NatsOptions) {
+    this.linkUp = new Promise((r) => (this.setLink = r));
+  }
+
+  async start(): Promise<void> {
+    if (this.o.command) {
+      this.path = await this.launch();
+    } else {
+      if (!this.o.connectionFile) throw new Error("nats: give a connection file to join, or a binary to start");
+      this.path = this.o.connectionFile;
+    }
+    const link = await this.dial();
+    this.up(link);
+  }
+
+  /** Starts the sidecar and resolves with the path of its connection file. */
+  private launch(): Promise<string> {
+    const [cmd, ...pre] = this.o.command!;
+    const args = [...pre, "serve", `--data-dir=${this.o.dataDir}`, ...this.o.args];
+    if (this.o.connectionFile) args.push(`--connection-file=${this.o.connectionFile}`);
+    const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
+    this.child = child;
+    const born = Date.now();
+    return new Promise((resolve, reject) => {
+      let first: string | undefined;
+      const said: string[] = [];
+      createInterface({ input: child.stderr!, crlfDelay: Infinity }).on("line", (line) => {
+        if (first === undefined) {
+          first = line;
+          // Its first line is the connection file's path; else its reason for exiting.
+          if (isAbsolute(line)) resolve(line);
+        } else {
+          if (said.length < 4) said.push(line);
+          this.o.logger.debug(`broker: ${line}`);
+        }
+      });
+      child.once("error", (err) => reject(new Error(`a2a-bus serve could not start: ${err.message}`)));
+      this.childExited = new Promise((done) =>
+        child.once("close", (code, sig) => {
+          done();
+          if (first === undefined || !isAbsolute(first)) {
+            // It never got going: its first line is its reason.
+            reject(new Error(`a2a-bus serve exited (${sig ?? code}): ${first ?? said.join(" ")}`));
+          }
+          if (this.child !== child || this.closed) return;
+          this.child = undefined;
+          this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again`);
+          this.backoff = Date.now() - born > 1000 ? 50 : Math.min(this.backoff * 2, 1000);
+          setTimeout(() => {
+            if (!this.closed) this.launch().catch((err) => this.o.logger.warn(String(err)));
+          }, this.backoff).unref();
+        }),
+      );
+    });
+  }
+
+  /** Reads the connection file and connects with its token. */
+  private async dial(): Promise<Link> {
+    const info = await readConnectionFile(this.path!);
+    if (!info.token) {
+      throw new Error(`the broker of ${this.path} has no host token: a Node host needs serve's embedded NATS server`);
+    }
+    const nc = await connect({
+      servers: info.url,
+      token: info.token,
+      reconnect: false,
+      name: "a2a-bus-node-host",
+      timeout: 2000,
+    });
+    return { gen: ++this.gen, nc, info };
+  }
+
+  private up(link: Link): void {
+    this.link = link;
+    this.setLink(link);
+    this.supervisor = this.supervise(link);
+  }
+
+  /** Waits for a link to end, then dials until a broker answers. */
+  private async supervise(link: Link): Promise<void> {
+    await link.nc.closed();
+    if (this.closed) return;
+    this.o.logger.info("lost the broker; rejoining");
+    this.link = undefined;
+    this.linkUp = new Promise((r) => (this.setLink = r));
+    let wait = 50;
+    while (!this.closed) {
+      try {
+        const next = await this.dial();
+        if (this.closed) {
+          await next.nc.close();
+          return;
+        }
+        this.o.logger.info(`rejoined the broker at ${next.info.url}`);
+        this.up(next);
+        return;
+      } catch (err) {
+        this.o.logger.debug(`rejoin: ${(err as Error).message}`);
+        await sleep(wait);
+        wait = Math.min(wait * 2, 1000);
+      }
+    }
+  }
+
+  /** The current link, waiting for one while the broker is away (callTimeoutMs at most). */
+  async current(signal?: AbortSignal): Promise<Link> {
+    if (this.link && !this.link.nc.isClosed()) return this.link;
+    const give = AbortSignal.timeout(this.o.callTimeoutMs);
+    const both = signal ? AbortSignal.any([signal, give]) : give;
+    for (;;) {
+      if (this.closed) throw new ClosedError("the host is closed");
+      if (this.link && !this.link.nc.isClosed()) return this.link;
+      try {
+        await raceAbort(this.linkUp, both);
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        throw new UnavailableError(`no broker within ${this.o.callTimeoutMs} ms`, { cause: err });
+      }
+    }
+  }
+
+  /** One request on a connection, its answer decoded. */
+  async request(nc: NatsConnection, subject: string, method: string, params: object, signal?: AbortSignal): Promise<any> {
+    const body = enc.encode(JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }));
+    let msg;
+    try {
+      msg = await raceAbort(nc.request(subject, body, { timeout: this.o.callTimeoutMs }), signal);
+    } catch (err) {
+      if (signal?.aborted && err === signal.reason) throw err;
+      if (this.closed) throw new ClosedError("the host is closed");
+      throw new UnavailableError(`${method}: ${(err as Error).message}`, { cause: err });
+    }
+    return resultOf(method, msg.json(), (m, e) => new A2ABusError(m, e));
+  }
+
+  async callHost(method: string, params: object, signal?: AbortSignal): Promise<any> {
+    const link = await this.current(signal);
+    return this.request(link.nc, "a2a.host.rpc", method, params, signal);
+  }
+
+  session(id: string): SessionLink {
+    const s = new NatsSession(this, id);
+    this.sessions.add(s);
+    return s;
+  }
+
+  /** @internal */
+  forget(s: NatsSession): void {
+    this.sessions.delete(s);
+  }
+
+  /** @internal */
+  get timeoutMs(): number {
+    return this.o.callTimeoutMs;
+  }
+
+  /** The connection file's content of the broker now joined. */
+  connection(): ConnectionInfo | undefined {
+    return this.link?.info;
+  }
+
+  pid(): number | undefined {
+    return this.link?.info.pid ?? this.child?.pid;
+  }
+
+  rejoins(): number {
+    return Math.max(this.gen - 1, 0);
+  }
+
+  describe(): string {
+    return `a2a-bus serve at ${this.link?.info.url ?? "(rejoining)"} (${this.path})`;
+  }
+
+  /** Closes every connection; stops the sidecar when it is the host's own (SIGTERM). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.sessions].map((s) => s.close(false)));
+    const link = this.link;
+    this.link = undefined;
+    if (link) await link.nc.close().catch(() => {});
+    await this.supervisor;
+    const child = this.child;
+    if (child && child.exitCode === null && child.signalCode === null) {
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await this.childExited;
+      clearTimeout(t);
+    }
+  }
+}
+
+/** A session's connection with its own credential. */
+class NatsSession implements SessionLink {
+  private conn?: { gen: number; nc: NatsConnection };
+  private opening?: Promise<NatsConnection>;
+  private closed = false;
+  private readonly token: string;
+  private subs = new Set<Subscription>();
+
+  constructor(
+    private readonly bus: NatsBus,
+    readonly id: string,
+  ) {
+    this.token = subjectToken(id);
+  }
+
+  private async nc(signal?: AbortSignal): Promise<NatsConnection> {
+    for (;;) {
+      if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
+      const link = await this.bus.current(signal);
+      const c = this.conn;
+      if (c && c.gen === link.gen && !c.nc.isClosed()) return c.nc;
+      this.opening ??= this.open(link).finally(() => (this.opening = undefined));
+      try {
+        return await raceAbort(this.opening, signal);
+      } catch (err) {
+        if (err instanceof A2ABusError || (signal?.aborted && err === signal.reason)) throw err;
+        if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
+        // The link went meanwhile: take the next one.
+        await sleep(50, signal);
+      }
+    }
+  }
+
+  private async open(link: { gen: number; nc: NatsConnection }): Promise<NatsConnection> {
+    const creds = await this.bus.request(link.nc, "a2a.host.rpc", "a2a.sessions.open", { contextId: this.id });
+    const nc = await connect({
+      servers: creds.url,
+      user: creds.user,
+      pass: creds.password,
+      inboxPrefix: `_INBOX.${this.token}`,
+      reconnect: false,
+      name: `a2a-bus-node-session`,
+      timeout: 2000,
+    });
+    if (this.closed) {
+      await nc.close();
+      throw new ClosedError(`session ${this.id} is closed`);
+    }
+    const old = this.conn;
+    this.conn = { gen: link.gen, nc };
+    if (old && !old.nc.isClosed()) void old.nc.close();
+    return nc;
+  }
+
+  async call(method: string, params: object, signal?: AbortSignal): Promise<any> {
+    const nc = await this.nc(signal);
+    try {
+      return await this.bus.request(nc, `a2a.rpc.${this.token}`, method, params, signal);
+    } catch (err) {
+      if (this.closed && err instanceof UnavailableError) throw new ClosedError(`session ${this.id} is closed`);
+      throw err;
+    }
+  }
+
+  async subscribe(signal?: AbortSignal): Promise<Subscription> {
+    const nc = await this.nc(signal);
+    const sub = nc.subscribe(`a2a.session.${this.token}.events`);
+    const q = new Queue<Notification>(SUBSCRIPTION_QUEUE);
+    void (async () => {
+      try {
+        for await (const m of sub) {
+          try {
+            q.put(m.json<Notification>());
+          } catch {
+            // Not JSON: nothing a session can use.
+          }
+        }
+      } catch {
+        // The subscription failed; it ends below.
+      } finally {
+        q.end();
+      }
+    })();
+    const handle: Subscription = {
+      queue: q,
+      close: () => {
+        this.subs.delete(handle);
+        sub.unsubscribe();
+        q.end();
+      },
+    };
+    this.subs.add(handle);
+    return handle;
+  }
+
+  async close(revoke = false): Promise<void> {
+    if (this.closed) return;
+    if (revoke) {
+      // The broker revokes the credential and closes its connections.
+      try {
+        await this.bus.callHost("a2a.sessions.close", { contextId: this.id, keepAgents: true }, AbortSignal.timeout(this.bus.timeoutMs));
+      } catch {
+        // A broker that is gone has forgotten the credential anyway.
+      }
+    }
+    this.closed = true;
+    for (const s of this.subs) s.close();
+    this.subs.clear();
+    const c = this.conn;
+    this.conn = undefined;
+    if (c && !c.nc.isClosed()) await c.nc.close().catch(() => {});
+    this.bus.forget(this);
+  }
+}

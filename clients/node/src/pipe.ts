@@ -1,0 +1,289 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+
+import { A2ABusError, ClosedError, UnavailableError } from "./errors.js";
+import {
+  SUBSCRIPTION_QUEUE,
+  resultOf,
+  sessionOf,
+  type Bus,
+  type Logger,
+  type Notification,
+  type SessionLink,
+  type Subscription,
+} from "./bus.js";
+import { Queue, raceAbort, sleep } from "./util.js";
+
+export interface PipeOptions {
+  /** The broker's command line; the pipe args are appended. */
+  command: string[];
+  dataDir: string;
+  args: string[];
+  callTimeoutMs: number;
+  logger: Logger;
+}
+
+interface Pending {
+  method: string;
+  resolve: (v: any) => void;
+  reject: (e: Error) => void;
+}
+
+/**
+ * The pipe: `a2a-bus serve --bus=pipe` as a child, one JSON-RPC object per
+ * line on its stdio (docs/PROTOCOL.md §2.1). The host owns the pipe and
+ * routes each notification to the session its recipientContextId names.
+ * A child that dies is started again on the same data dir (50 ms, doubling
+ * to 1 s while it keeps dying young); calls made meanwhile wait for it.
+ */
+export class PipeBus implements Bus {
+  readonly kind = "pipe" as const;
+  private child?: ChildProcess;
+  private childUp?: Promise<void>; // resolves when a child runs
+  private markUp?: () => void;
+  private nextId = 1;
+  private pending = new Map<number, Pending>();
+  private subs = new Map<string, Set<Queue<Notification>>>();
+  private closed = false;
+  private starts = 0;
+  private exited?: Promise<void>;
+  private backoff = 50;
+  private lastWords: string[] = []; // the broker's last lines on stderr, for an error
+
+  constructor(private readonly o: PipeOptions) {}
+
+  async start(): Promise<void> {
+    this.launch();
+    const child = this.child!;
+    const died = new Promise<never>((_, reject) => {
+      child.once("error", (err) => reject(new Error(`a2a-bus serve --bus=pipe could not start: ${err.message}`)));
+      child.once("close", (code, sig) =>
+        reject(new Error(`a2a-bus serve --bus=pipe exited (${sig ?? code}) before it answered: ${this.lastWords.join(" | ")}`)),
+      );
+    });
+    died.catch(() => {});
+    // Up once it answers: a replay that asks where a session stands is
+    // harmless and answered by every broker.
+    await Promise.race([this.rawCall("a2a.events.replay", { contextId: "a2a-bus-node-probe" }), died]);
+  }
+
+  private launch(): void {
+    this.childUp ??= new Promise((r) => (this.markUp = r));
+    const [cmd, ...pre] = this.o.command;
+    const child = spawn(cmd, [...pre, "serve", "--bus=pipe", `--data-dir=${this.o.dataDir}`, ...this.o.args], {
+      stdio: ["pipe", "pipe", "pipe"],
+    });
+    this.child = child;
+    this.starts++;
+    const born = Date.now();
+    child.stdin!.on("error", () => {}); // a dead child's stdin: its exit is handled below
+    createInterface({ input: child.stdout!, crlfDelay: Infinity }).on("line", (line) => this.onLine(line));
+    createInterface({ input: child.stderr!, crlfDelay: Infinity }).on("line", (line) => {
+      this.lastWords.push(line);
+      if (this.lastWords.length > 3) this.lastWords.shift();
+      this.o.logger.debug(`broker: ${line}`);
+    });
+    this.exited = new Promise((resolve) => {
+      child.once("error", (err) => {
+        this.o.logger.warn(`the broker could not start: ${err.message}`);
+      });
+      child.once("close", (code, sig) => {
+        resolve();
+        if (this.child !== child) return;
+        this.child = undefined;
+        this.childUp = undefined;
+        const lost = new UnavailableError(`the broker exited (${sig ?? code})`);
+        for (const p of this.pending.values()) p.reject(lost);
+        this.pending.clear();
+        for (const set of this.subs.values()) for (const q of set) q.end();
+        this.subs.clear();
+        if (this.closed) return;
+        this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again`);
+        this.backoff = Date.now() - born > 1000 ? 50 : Math.min(this.backoff * 2, 1000);
+        setTimeout(() => {
+          if (!this.closed) this.launch();
+        }, this.backoff).unref();
+      });
+    });
+    child.once("spawn", () => this.markUp?.());
+  }
+
+  private onLine(line: string): void {
+    if (line.trim() === "") return;
+    let msg: any;
+    try {
+      msg = JSON.parse(line);
+    } catch {
+      this.o.logger.warn("the broker wrote a line that is not JSON; skipped");
+      return;
+    }
+    if (msg && typeof msg === "object" && "id" in msg && !("method" in msg)) {
+      const p = this.pending.get(msg.id);
+      if (!p) return; // a call given up on
+      this.pending.delete(msg.id);
+      try {
+        p.resolve(resultOf(p.method, msg, (m, e) => new A2ABusError(m, e)));
+      } catch (err) {
+        p.reject(err as Error);
+      }
+      return;
+    }
+    if (msg && typeof msg.method === "string" && msg.params) {
+      const id = sessionOf(msg);
+      const set = id === undefined ? undefined : this.subs.get(id);
+      if (set) for (const q of set) q.put(msg);
+    }
+  }
+
+  private async rawCall(method: string, params: object, signal?: AbortSignal): Promise<any> {
+    let deadline: AbortSignal | undefined;
+    for (;;) {
+      if (this.closed) throw new ClosedError("the host is closed");
+      const child = this.child;
+      if (child?.stdin?.writable && child.pid !== undefined) break;
+      // Between two children: wait for the next one, callTimeoutMs at most.
+      deadline ??= AbortSignal.timeout(this.o.callTimeoutMs);
+      try {
+        await raceAbort(this.childUp ?? sleep(50), signal ? AbortSignal.any([signal, deadline]) : deadline);
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason;
+        throw new UnavailableError(`${method}: no broker within ${this.o.callTimeoutMs} ms`, { cause: err });
+      }
+    }
+    const id = this.nextId++;
+    const line = JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n";
+    return new Promise((resolve, reject) => {
+      const timeout = AbortSignal.timeout(this.o.callTimeoutMs);
+      const done = () => {
+        signal?.removeEventListener("abort", onAbort);
+        timeout.removeEventListener("abort", onTimeout);
+      };
+      const onAbort = () => {
+        this.pending.delete(id);
+        done();
+        reject(signal!.reason);
+      };
+      const onTimeout = () => {
+        this.pending.delete(id);
+        done();
+        reject(new UnavailableError(`${method}: no answer within ${this.o.callTimeoutMs} ms`));
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      timeout.addEventListener("abort", onTimeout, { once: true });
+      this.pending.set(id, {
+        method,
+        resolve: (v) => {
+          done();
+          resolve(v);
+        },
+        reject: (e) => {
+          done();
+          reject(e);
+        },
+      });
+      this.child!.stdin!.write(line);
+    });
+  }
+
+  callHost(method: string, params: object, signal?: AbortSignal): Promise<any> {
+    return this.rawCall(method, params, signal);
+  }
+
+  session(id: string): SessionLink {
+    return new PipeSession(this, id);
+  }
+
+  /** @internal */
+  call(method: string, params: object, signal?: AbortSignal): Promise<any> {
+    return this.rawCall(method, params, signal);
+  }
+
+  /** @internal */
+  async subscribe(id: string, signal?: AbortSignal): Promise<Subscription> {
+    for (;;) {
+      if (this.closed) throw new ClosedError("the host is closed");
+      if (this.child) break;
+      await raceAbort(this.childUp ?? sleep(50), signal);
+    }
+    const q = new Queue<Notification>(SUBSCRIPTION_QUEUE);
+    let set = this.subs.get(id);
+    if (!set) this.subs.set(id, (set = new Set()));
+    set.add(q);
+    return {
+      queue: q,
+      close: () => {
+        q.end();
+        const s = this.subs.get(id);
+        s?.delete(q);
+        if (s?.size === 0) this.subs.delete(id);
+      },
+    };
+  }
+
+  pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  rejoins(): number {
+    return Math.max(this.starts - 1, 0);
+  }
+
+  describe(): string {
+    return `a2a-bus serve --bus=pipe (pid ${this.child?.pid ?? "none"})`;
+  }
+
+  /**
+   * Ends stdin, the pipe's clean shutdown: the broker answers what it has
+   * read and exits; after 10 s it is killed.
+   */
+  async close(): Promise<void> {
+    if (this.closed) return this.exited;
+    this.closed = true;
+    const child = this.child;
+    if (child) {
+      child.stdin?.end();
+      const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await this.exited;
+      clearTimeout(t);
+    }
+    const gone = new ClosedError("the host is closed");
+    for (const p of this.pending.values()) p.reject(gone);
+    this.pending.clear();
+    for (const set of this.subs.values()) for (const q of set) q.end();
+    this.subs.clear();
+  }
+}
+
+class PipeSession implements SessionLink {
+  private closed = false;
+  private subs = new Set<Subscription>();
+
+  constructor(
+    private readonly bus: PipeBus,
+    readonly id: string,
+  ) {}
+
+  call(method: string, params: object, signal?: AbortSignal): Promise<any> {
+    if (this.closed) return Promise.reject(new ClosedError(`session ${this.id} is closed`));
+    return this.bus.call(method, params, signal);
+  }
+
+  async subscribe(signal?: AbortSignal): Promise<Subscription> {
+    if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
+    const sub = await this.bus.subscribe(this.id, signal);
+    this.subs.add(sub);
+    return {
+      queue: sub.queue,
+      close: () => {
+        this.subs.delete(sub);
+        sub.close();
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const s of this.subs) s.close();
+    this.subs.clear();
+  }
+}

@@ -1,0 +1,641 @@
+import { randomUUID } from "node:crypto";
+
+import { ClosedError, SettledError, UnavailableError, isCode } from "./errors.js";
+import type { Logger, SessionLink } from "./bus.js";
+import { Feed, type Gap } from "./feed.js";
+import { Mutex, sleep } from "./util.js";
+import type {
+  AgentCard,
+  Artifact,
+  ListAgentsResult,
+  ListTasksResult,
+  Message,
+  Push,
+  RegisterResult,
+  SendResult,
+  Task,
+  TaskEvent,
+  TaskResult,
+  TaskStatus,
+} from "./wire.gen.js";
+
+/** A task's state. */
+export type State = TaskStatus["state"];
+/** The states an assignee may set. */
+export type UpdateState = Exclude<State, "submitted" | "canceled">;
+
+/** A message as a delegate writes it: the broker fills in the rest. */
+export type MessageInput = Omit<Message, "messageId"> & { messageId?: string };
+
+/** A message of one text part. */
+export function text(s: string): MessageInput {
+  return { parts: [{ kind: "text", text: s }] };
+}
+
+/** The card a delegate registers: a name, and what else it says of itself. */
+export type CardInput = Omit<AgentCard, "agentId" | "contextId" | "registeredAt">;
+
+/**
+ * What wait returns: exactly one of task, push and resync.
+ * - task: a task the delegate is a member of was created, got a message, or changed state;
+ * - push: a oneway message to it;
+ * - resync: the runtime lost track of events for a while (the broker
+ *   restarted, events were lost beyond replay, the wait queue overflowed)
+ *   and re-read the delegate's tasks.
+ */
+export type WaitEvent = { task: TaskEvent; push?: never; resync?: never } | { push: Push; task?: never; resync?: never } | { resync: Resync; task?: never; push?: never };
+
+/** What a delegate sees after a break: the tasks that changed meanwhile, read fresh. */
+export interface Resync {
+  reason: string;
+  /** Its tasks that changed since it last heard of them, or that it did not know. Pushes sent meanwhile may be lost; tasks are not. */
+  changed: Task[];
+  /** Its previous agentId when registering again gave it a new one. */
+  renamedFrom?: string;
+}
+
+/** How a change whose answer was lost is tried again (docs/PROTOCOL.md §4.11). */
+export interface Retry {
+  attempts: number;
+  backoffMs: number;
+  maxBackoffMs: number;
+}
+
+/** Six attempts over about six seconds: longer than a sidecar takes to restart. */
+export const DEFAULT_RETRY: Retry = { attempts: 6, backoffMs: 200, maxBackoffMs: 2000 };
+/** How many events a delegate's wait queue holds; past it, a resync. */
+export const DEFAULT_QUEUE = 4096;
+
+export interface SessionOptions {
+  /** How often a waiting feed polls for a lost event (ms). */
+  pollMs?: number;
+  queue?: number;
+  retry?: Retry;
+  logger: Logger;
+}
+
+export interface CallOptions {
+  signal?: AbortSignal;
+}
+
+export interface SendOptions extends CallOptions {
+  /** Kept with the task (the creating send's metadata). */
+  metadata?: Record<string, unknown>;
+}
+
+export interface UpdateOptions extends CallOptions {
+  message?: MessageInput;
+  artifacts?: Array<Omit<Artifact, "artifactId"> & { artifactId?: string }>;
+}
+
+export interface ListOptions extends CallOptions {
+  state?: State;
+  role?: "requester" | "assignee";
+}
+
+export interface SpawnOptions extends CallOptions {
+  /** The delegate's stable id: spawning it again (after a restart) takes its tasks back. */
+  instanceId?: string;
+}
+
+const SETTLE_TIMEOUT_MS = 5000;
+const RESYNC_RETRY_MS = 200;
+
+/**
+ * One chat session's A2A runtime: what the session's parent uses to
+ * spawn delegates. The parent has no A2A handle of its own (nothing here
+ * sends a message), and a Delegate has no spawn: no nested delegation.
+ */
+export class Session {
+  private feed!: Feed;
+  private readonly stop = new AbortController();
+  private pumped?: Promise<void>;
+  /** @internal held while a delegate registers; the pump waits on it to route. */
+  readonly naming = new Mutex();
+  private byId = new Map<string, Delegate>();
+  private live = new Set<Delegate>();
+  private closed = false;
+  /** @internal */
+  waiting = 0;
+  /** @internal */
+  readonly opts: Required<Omit<SessionOptions, "pollMs">> & { pollMs?: number };
+
+  private constructor(
+    /** @internal */ readonly link: SessionLink,
+    o: SessionOptions,
+  ) {
+    this.opts = { queue: o.queue ?? DEFAULT_QUEUE, retry: o.retry ?? DEFAULT_RETRY, logger: o.logger, pollMs: o.pollMs };
+  }
+
+  /** @internal */
+  static async open(link: SessionLink, o: SessionOptions, signal?: AbortSignal): Promise<Session> {
+    const s = new Session(link, o);
+    s.feed = await Feed.open(link, { pollMs: o.pollMs, shouldPoll: () => s.waiting > 0, logger: o.logger }, signal);
+    s.pumped = s.pump();
+    return s;
+  }
+
+  /** The session's id (its contextId). */
+  get id(): string {
+    return this.link.id;
+  }
+
+  /** The live delegates. */
+  delegates(): Delegate[] {
+    return [...this.live];
+  }
+
+  /** Hands each event to its recipient's wait queue; turns a break into a resync. */
+  private async pump(): Promise<void> {
+    const signal = this.stop.signal;
+    for (;;) {
+      let item;
+      try {
+        item = await this.feed.next(signal);
+      } catch (err) {
+        if (!signal.aborted) {
+          this.opts.logger.debug(`the session's feed ended: ${(err as Error).message}`);
+          for (const d of this.live) d.fail(err instanceof ClosedError ? err : new ClosedError(String(err)));
+        }
+        return;
+      }
+      if (item.gap) {
+        await this.resync(item.gap);
+        continue;
+      }
+      const route = () => this.byId.get(item.event.params.recipient);
+      // An event for a delegate being named waits for the name.
+      const d = this.naming.idle ? route() : await this.naming.run(async () => route());
+      if (d) {
+        const ev: WaitEvent = item.event.method === "a2a.push" ? { push: item.event.params as unknown as Push } : { task: item.event.params as unknown as TaskEvent };
+        d.deliver(ev);
+      } else {
+        this.opts.logger.debug(`event for no delegate of this session: ${item.event.params.recipient}`);
+      }
+    }
+  }
+
+  private async resync(gap: Gap): Promise<void> {
+    this.opts.logger.info(`resyncing the session's delegates: ${gap.reason}`);
+    for (const d of this.live) {
+      if (gap.newEpoch) {
+        // At once, so that peers can address it again; if this fails its next call does it.
+        try {
+          await d.register(this.stop.signal);
+        } catch (err) {
+          this.opts.logger.warn(`re-registering ${d.id} failed; it will retry: ${(err as Error).message}`);
+        }
+      }
+      d.needResync(gap.reason);
+    }
+  }
+
+  /**
+   * Registers a delegate from its card. Names are unique on the host
+   * (discussant, then discussant-2): the delegate adopts the assigned id,
+   * which `id` and `prompt` tell it.
+   */
+  async spawn(card: CardInput, opts: SpawnOptions = {}): Promise<Delegate> {
+    if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
+    const d = new Delegate(this, opts.instanceId ?? randomUUID(), card);
+    const unlock = await this.naming.lock();
+    let admitted = false;
+    try {
+      await d.registerLocked(opts.signal);
+      if (!this.closed) {
+        this.live.add(d);
+        this.byId.set(d.id, d);
+        admitted = true;
+      }
+    } finally {
+      unlock();
+    }
+    if (!admitted) {
+      await d.settle().catch(() => {});
+      throw new ClosedError(`session ${this.id} is closed`);
+    }
+    return d;
+  }
+
+  /** @internal */
+  rename(d: Delegate, oldId: string, newId: string): void {
+    if (this.byId.get(oldId) === d) this.byId.delete(oldId);
+    if (this.live.has(d)) this.byId.set(newId, d);
+  }
+
+  /** @internal */
+  forget(d: Delegate): void {
+    this.live.delete(d);
+    if (this.byId.get(d.id) === d) this.byId.delete(d.id);
+  }
+
+  /**
+   * Settles every live delegate (deregistering it: peers see its open
+   * tasks end), stops the feed and closes the session: on NATS the
+   * broker revokes its credential. Idempotent.
+   */
+  close(): Promise<void> {
+    return this.end(true);
+  }
+
+  /**
+   * Closes like close, but leaves the delegates registered: their tasks
+   * stay open, and spawning the same instance ids again takes them back.
+   */
+  leave(): Promise<void> {
+    return this.end(false);
+  }
+
+  private async end(settle: boolean): Promise<void> {
+    if (this.closed) return this.pumped;
+    this.closed = true;
+    if (settle) {
+      const signal = AbortSignal.timeout(SETTLE_TIMEOUT_MS);
+      await Promise.all(
+        [...this.live].map((d) =>
+          d.settle({ signal }).catch((err) => {
+            if (!(err instanceof SettledError)) this.opts.logger.debug(`settling ${d.id} at close failed: ${(err as Error).message}`);
+          }),
+        ),
+      );
+    }
+    this.stop.abort(new ClosedError(`session ${this.id} is closed`));
+    await this.pumped;
+    this.feed.close();
+    const gone = new ClosedError(`session ${this.id} is closed`);
+    for (const d of this.live) d.fail(gone);
+    await this.link.close(settle);
+  }
+
+  /** @internal Runs a change until it is answered, fails otherwise, or its attempts are spent. */
+  async retry<T>(signal: AbortSignal | undefined, change: () => Promise<T>): Promise<T> {
+    const r = this.opts.retry;
+    let wait = r.backoffMs;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await change();
+      } catch (err) {
+        if (!(err instanceof UnavailableError) || attempt >= r.attempts || this.closed) throw err;
+        this.opts.logger.debug(`answer lost; trying again (attempt ${attempt}): ${err.message}`);
+        await sleep(wait, signal);
+        wait = Math.min(wait * 2, Math.max(r.maxBackoffMs, r.backoffMs));
+      }
+    }
+  }
+}
+
+type Item = { ev: WaitEvent; resync?: undefined } | { resync: string; ev?: undefined };
+
+/**
+ * One delegate's A2A handle. Every change (send, push, reply, update,
+ * cancel) carries an idempotency key (docs/PROTOCOL.md §4.11) and is
+ * tried again with it while its answer is lost, so it is applied once.
+ */
+export class Delegate {
+  private agentId = "";
+  private token = "";
+  private registered!: AgentCard;
+  private err?: Error;
+  private leaving = false;
+  private seen = new Map<string, string>(); // task id -> updatedAt told
+  private queue: Item[] = [];
+  private overflow = false;
+  private pendingRename?: string;
+  private wakers: Array<() => void> = [];
+  private readonly asked: string;
+
+  /** @internal */
+  constructor(
+    private readonly s: Session,
+    /** The delegate's stable instance id. */
+    readonly instanceId: string,
+    private card: CardInput,
+  ) {
+    this.asked = card.name;
+  }
+
+  /** The agentId the broker assigned: its peer id, which may differ from the name it asked for. */
+  get id(): string {
+    return this.agentId;
+  }
+
+  /** The session the delegate belongs to. */
+  get sessionId(): string {
+    return this.s.id;
+  }
+
+  /** The card as the broker registered it. */
+  get registeredCard(): AgentCard {
+    return this.registered;
+  }
+
+  /** The sentence that tells the delegate who it is on the bus, for its system prompt. */
+  get prompt(): string {
+    if (this.agentId !== this.asked) {
+      return `Your A2A peer id is ${this.agentId} (${this.asked} was taken on this host). Your session is ${this.sessionId}.`;
+    }
+    return `Your A2A peer id is ${this.agentId}. Your session is ${this.sessionId}.`;
+  }
+
+  /** @internal registers (again) under the naming lock. */
+  async register(signal?: AbortSignal): Promise<void> {
+    await this.s.naming.run(() => this.registerLocked(signal));
+  }
+
+  /** @internal */
+  async registerLocked(signal?: AbortSignal): Promise<void> {
+    if (this.leaving || this.err) throw this.err ?? new SettledError();
+    const oldId = this.agentId;
+    const res: RegisterResult = await this.s.link.call(
+      "a2a.agents.register",
+      { contextId: this.s.id, card: { ...this.card, name: this.asked }, instanceId: this.instanceId },
+      signal,
+    );
+    if (this.leaving || this.err) {
+      // Settle began meanwhile: take this registration back.
+      await this.s.link.call("a2a.agents.deregister", { token: res.token }).catch(() => {});
+      throw this.err ?? new SettledError();
+    }
+    this.agentId = res.agentId;
+    this.token = res.token;
+    this.registered = res.card;
+    if (oldId && oldId !== res.agentId) {
+      this.s.rename(this, oldId, res.agentId);
+      this.pendingRename = oldId;
+    }
+  }
+
+  /** Registers again after a call found `stale` unknown, unless someone did meanwhile. */
+  private async reregister(stale: string, signal?: AbortSignal): Promise<void> {
+    await this.s.naming.run(async () => {
+      if (this.err) throw this.err;
+      if (this.token !== stale) return;
+      await this.registerLocked(signal);
+    });
+  }
+
+  private credentials(): string {
+    if (this.err) throw this.err;
+    return this.token;
+  }
+
+  /**
+   * One call with the token. A token the broker no longer knows means it
+   * restarted: register again by instance id (unless someone did) and try
+   * again with the new token, a few times at most.
+   */
+  private async withToken<T>(signal: AbortSignal | undefined, call: (token: string) => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      const token = this.credentials();
+      try {
+        return await call(token);
+      } catch (err) {
+        if (!isCode(err, "A2A_UNAUTHORIZED") || attempt === 3) throw err;
+        try {
+          await this.reregister(token, signal);
+        } catch (rerr) {
+          if (rerr instanceof SettledError) throw rerr;
+          throw err;
+        }
+      }
+    }
+  }
+
+  private call<T>(method: string, params: (token: string) => object, signal?: AbortSignal): Promise<T> {
+    return this.withToken(signal, (token) => this.s.link.call(method, params(token), signal));
+  }
+
+  private noteSeen(t?: Task): void {
+    if (t) this.seen.set(t.id, t.updatedAt);
+  }
+
+  private async change(method: string, params: (token: string) => object, signal?: AbortSignal): Promise<Task> {
+    const res = await this.s.retry(signal, () => this.call<TaskResult>(method, params, signal));
+    this.noteSeen(res.task);
+    return res.task;
+  }
+
+  /** Every other live agent on the host, each with its session, following the pages. */
+  async peers(opts: CallOptions = {}): Promise<AgentCard[]> {
+    const all: AgentCard[] = [];
+    let pageToken = "";
+    for (;;) {
+      const res = await this.call<ListAgentsResult>("a2a.agents.list", (token) => ({ token, pageSize: 1000, pageToken }), opts.signal);
+      all.push(...res.agents);
+      if (!res.nextPageToken) return all;
+      pageToken = res.nextPageToken;
+    }
+  }
+
+  /**
+   * Creates a task for a peer. `to` names it; undefined or "" lets the
+   * broker choose the single peer of this session, else the single peer
+   * of the others. A messageId the caller sets says "one intent": a
+   * second send with it returns the first's task.
+   */
+  send(message: MessageInput, opts?: SendOptions): Promise<Task>;
+  send(to: string | undefined, message: MessageInput, opts?: SendOptions): Promise<Task>;
+  send(a: string | undefined | MessageInput, b?: MessageInput | SendOptions, c?: SendOptions): Promise<Task> {
+    const [to, message, opts] = typeof a === "object" ? [undefined, a, (b as SendOptions) ?? {}] : [a, b as MessageInput, c ?? {}];
+    const msg = keyed(message);
+    return this.change(
+      "a2a.message.send",
+      (token) => ({ token, ...(to ? { to } : {}), message: msg, ...(opts.metadata ? { metadata: opts.metadata } : {}) }),
+      opts.signal,
+    );
+  }
+
+  /** Sends a oneway message (no task); resolves to the recipient's id. */
+  async push(to: string | undefined, message: MessageInput, opts: CallOptions = {}): Promise<string> {
+    const msg = keyed(message);
+    const res = await this.s.retry(opts.signal, () =>
+      this.call<SendResult>("a2a.message.send", (token) => ({ token, ...(to ? { to } : {}), message: msg, oneway: true }), opts.signal),
+    );
+    return res.delivered!;
+  }
+
+  /** Adds a message to an open task the delegate is a member of. */
+  reply(taskId: string, message: MessageInput, opts: CallOptions = {}): Promise<Task> {
+    const msg = keyed(message);
+    return this.change("a2a.message.send", (token) => ({ token, taskId, message: msg }), opts.signal);
+  }
+
+  /** Reads a task the delegate is a member of. */
+  async get(taskId: string, opts: CallOptions = {}): Promise<Task> {
+    const res = await this.call<TaskResult>("a2a.tasks.get", (token) => ({ token, taskId }), opts.signal);
+    this.noteSeen(res.task);
+    return res.task;
+  }
+
+  /** The delegate's tasks, oldest first, following the pages. */
+  async list(opts: ListOptions = {}): Promise<Task[]> {
+    const tasks = await this.listAll(opts);
+    for (const t of tasks) this.noteSeen(t);
+    return tasks;
+  }
+
+  private async listAll(opts: ListOptions): Promise<Task[]> {
+    const all: Task[] = [];
+    let pageToken = "";
+    for (;;) {
+      const res = await this.call<ListTasksResult>(
+        "a2a.tasks.list",
+        (token) => ({ token, ...(opts.state ? { state: opts.state } : {}), ...(opts.role ? { role: opts.role } : {}), pageToken }),
+        opts.signal,
+      );
+      all.push(...res.tasks);
+      if (!res.nextPageToken) return all;
+      pageToken = res.nextPageToken;
+    }
+  }
+
+  /** Moves a task assigned to the delegate to a new state, with an optional message and artifacts. */
+  update(taskId: string, state: UpdateState, opts: UpdateOptions = {}): Promise<Task> {
+    const msg = opts.message ? keyed(opts.message) : undefined;
+    const messageId = msg?.messageId ?? randomUUID();
+    return this.change(
+      "a2a.tasks.update",
+      (token) => ({ token, taskId, state, messageId, ...(msg ? { message: msg } : {}), ...(opts.artifacts ? { artifacts: opts.artifacts } : {}) }),
+      opts.signal,
+    );
+  }
+
+  /** Cancels a task the delegate requested. */
+  cancel(taskId: string, opts: CallOptions = {}): Promise<Task> {
+    const messageId = randomUUID();
+    return this.change("a2a.tasks.cancel", (token) => ({ token, taskId, messageId }), opts.signal);
+  }
+
+  /**
+   * Deregisters the delegate: its open tasks end (failed if assigned to
+   * it, canceled if it requested them), and every later call, and a wait
+   * in progress, rejects with SettledError.
+   */
+  async settle(opts: CallOptions = {}): Promise<void> {
+    if (this.err) throw this.err;
+    this.leaving = true; // no call registers it again from now on
+    try {
+      await this.s.link.call("a2a.agents.deregister", { token: this.token }, opts.signal);
+    } catch (err) {
+      if (!isCode(err, "A2A_UNAUTHORIZED")) {
+        this.leaving = false; // still registered: it may try again
+        throw err;
+      }
+    }
+    this.fail(new SettledError());
+    this.s.forget(this);
+  }
+
+  /** @internal stops the delegate for good. */
+  fail(err: Error): void {
+    if (this.err) return;
+    this.err = err;
+    this.wakeAll();
+  }
+
+  private wakeAll(): void {
+    for (const w of this.wakers.splice(0)) w();
+  }
+
+  /** @internal queues an event; past the queue's size, a resync is due instead. */
+  deliver(ev: WaitEvent): void {
+    if (this.queue.length >= this.s.opts.queue) this.overflow = true;
+    else this.queue.push({ ev });
+    this.wakeAll();
+  }
+
+  /** @internal queues a resync at this point of the stream. */
+  needResync(reason: string): void {
+    this.queue.push({ resync: reason });
+    this.wakeAll();
+  }
+
+  private async resyncNow(reason: string, signal?: AbortSignal): Promise<Resync> {
+    const tasks = await this.listAll({ signal });
+    const changed = tasks.filter((t) => this.seen.get(t.id) !== t.updatedAt);
+    const renamedFrom = this.pendingRename;
+    this.pendingRename = undefined;
+    return renamedFrom ? { reason, changed, renamedFrom } : { reason, changed };
+  }
+
+  private noteDelivered(ev: WaitEvent): void {
+    if (ev.task?.task) this.seen.set(ev.task.task.id, ev.task.task.updatedAt);
+    if (ev.resync) for (const t of ev.resync.changed) this.seen.set(t.id, t.updatedAt);
+  }
+
+  /**
+   * The delegate's next event: a task event or push addressed to it
+   * (never another session's, never another delegate's), or a resync
+   * after a break. Rejects with SettledError once it settles, ClosedError
+   * once its session closes, the signal's reason when it aborts.
+   */
+  async wait(opts: CallOptions = {}): Promise<WaitEvent> {
+    const { signal } = opts;
+    this.s.waiting++;
+    try {
+      for (;;) {
+        if (this.err) throw this.err;
+        signal?.throwIfAborted();
+        const head = this.queue[0];
+        if (head?.ev) {
+          this.queue.shift();
+          this.noteDelivered(head.ev);
+          return head.ev;
+        }
+        const reason = head?.resync ?? (this.overflow ? "the wait queue overflowed" : undefined);
+        if (reason !== undefined) {
+          let rs: Resync;
+          try {
+            rs = await this.resyncNow(reason, signal);
+          } catch (err) {
+            if (err instanceof SettledError || err instanceof ClosedError || signal?.aborted) throw err;
+            this.s.opts.logger.debug(`resync failed; retrying: ${(err as Error).message}`);
+            await this.pause(RESYNC_RETRY_MS, signal);
+            continue;
+          }
+          if (this.queue[0]?.resync === reason && this.queue[0] === head) this.queue.shift();
+          else this.overflow = false;
+          const ev: WaitEvent = { resync: rs };
+          this.noteDelivered(ev);
+          return ev;
+        }
+        await this.pause(undefined, signal);
+      }
+    } finally {
+      this.s.waiting--;
+    }
+  }
+
+  /** Waits for a wake-up (an event, the end), ms at most, or the signal. */
+  private pause(ms: number | undefined, signal?: AbortSignal): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done = () => {
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        const i = this.wakers.indexOf(done);
+        if (i >= 0) this.wakers.splice(i, 1);
+        resolve();
+      };
+      const onAbort = () => {
+        done();
+        reject(signal!.reason);
+      };
+      if (ms !== undefined) timer = setTimeout(done, ms);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.wakers.push(done);
+    });
+  }
+}
+
+/**
+ * The message with its idempotency key: its own messageId when the
+ * caller set one, else a new one. A message the delegate received (the
+ * broker set its `from`) is a new message when sent on: a new id too.
+ */
+function keyed(m: MessageInput): Message {
+  if (!m || !Array.isArray(m.parts)) throw new TypeError("a message needs parts");
+  const fresh = !m.messageId || m.from !== undefined;
+  return { ...m, messageId: fresh ? randomUUID() : m.messageId! } as Message;
+}
+

@@ -1,0 +1,187 @@
+import { ClosedError } from "./errors.js";
+
+/** What Queue.get returns when its wait timed out. */
+export const TIMEOUT: unique symbol = Symbol("timeout");
+/** What Queue.get returns once the queue has ended and is empty. */
+export const END: unique symbol = Symbol("end");
+
+type Waiter<T> = (v: T | typeof TIMEOUT | typeof END) => void;
+
+/**
+ * A bounded FIFO with async getters. Past `limit` items, put drops the
+ * item and counts it in `dropped` (a reader that fell behind learns it
+ * and replays), so a stalled reader cannot grow memory without bound.
+ */
+export class Queue<T> {
+  private items: T[] = [];
+  private head = 0;
+  private waiters: Waiter<T>[] = [];
+  private ended = false;
+  dropped = 0;
+
+  constructor(private readonly limit = Infinity) {}
+
+  get length(): number {
+    return this.items.length - this.head;
+  }
+
+  get done(): boolean {
+    return this.ended;
+  }
+
+  put(item: T): boolean {
+    if (this.ended) return false;
+    const w = this.waiters.shift();
+    if (w) {
+      w(item);
+      return true;
+    }
+    if (this.length >= this.limit) {
+      this.dropped++;
+      return false;
+    }
+    this.items.push(item);
+    return true;
+  }
+
+  /** Ends the queue: getters get what is left, then END. */
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    for (const w of this.waiters.splice(0)) w(END);
+  }
+
+  /** The next item, END, or TIMEOUT after timeoutMs; rejects when signal aborts. */
+  get(signal?: AbortSignal, timeoutMs?: number): Promise<T | typeof TIMEOUT | typeof END> {
+    if (this.length > 0) {
+      const v = this.items[this.head];
+      this.items[this.head++] = undefined as T;
+      if (this.head > 1024 && this.head * 2 > this.items.length) {
+        this.items = this.items.slice(this.head);
+        this.head = 0;
+      }
+      return Promise.resolve(v);
+    }
+    if (this.ended) return Promise.resolve(END);
+    signal?.throwIfAborted();
+    return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const done: Waiter<T> = (v) => {
+        if (timer) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        resolve(v);
+      };
+      const drop = () => {
+        const i = this.waiters.indexOf(done);
+        if (i >= 0) this.waiters.splice(i, 1);
+      };
+      const onAbort = () => {
+        drop();
+        if (timer) clearTimeout(timer);
+        reject(signal!.reason);
+      };
+      if (timeoutMs !== undefined) {
+        timer = setTimeout(() => {
+          drop();
+          signal?.removeEventListener("abort", onAbort);
+          resolve(TIMEOUT);
+        }, timeoutMs);
+      }
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.waiters.push(done);
+    });
+  }
+}
+
+/** Waits ms, or rejects with the signal's reason when it aborts first. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  signal?.throwIfAborted();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal!.reason);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** A mutex for async code: lock() resolves to the function that unlocks. */
+export class Mutex {
+  private tail: Promise<void> = Promise.resolve();
+  private users = 0; // holders and waiters
+
+  /** True when no one holds or waits for the lock. */
+  get idle(): boolean {
+    return this.users === 0;
+  }
+
+  async lock(): Promise<() => void> {
+    this.users++;
+    let release!: () => void;
+    const next = new Promise<void>((r) => (release = r));
+    const prev = this.tail;
+    this.tail = prev.then(() => next);
+    await prev;
+    let once = false;
+    return () => {
+      if (once) return;
+      once = true;
+      this.users--;
+      release();
+    };
+  }
+
+  async run<R>(fn: () => Promise<R>): Promise<R> {
+    const unlock = await this.lock();
+    try {
+      return await fn();
+    } finally {
+      unlock();
+    }
+  }
+}
+
+/** A signal that aborts when any of the given ones does. */
+export function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
+  const live = signals.filter((s): s is AbortSignal => s !== undefined);
+  return live.length === 1 ? live[0] : AbortSignal.any(live);
+}
+
+/** A ClosedError to abort with. */
+export function closedReason(what: string): ClosedError {
+  return new ClosedError(what);
+}
+
+/**
+ * The subject token of a session id (docs/PROTOCOL.md §2.2): the id
+ * itself when it is 1 to 128 of [A-Za-z0-9_-], else "~" and the unpadded
+ * base64url of its UTF-8 bytes.
+ */
+export function subjectToken(id: string): string {
+  if (/^[A-Za-z0-9_-]{1,128}$/.test(id)) return id;
+  return "~" + Buffer.from(id, "utf8").toString("base64url");
+}
+
+/** p, or the signal's reason when it aborts first. */
+export function raceAbort<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return p;
+  signal.throwIfAborted();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
+    );
+  });
+}

@@ -1,0 +1,113 @@
+// Shared by the scenarios: the a2a-bus binary, hosts on each bus, and
+// waiting for what a delegate should see.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { after } from "node:test";
+import assert from "node:assert/strict";
+
+import { Host, text } from "../dist/index.js";
+
+export const BUSES = ["nats", "pipe"];
+
+let built;
+/** The binary to drive: A2A_BUS_BINARY, else one built from this checkout. */
+export function binary() {
+  if (process.env.A2A_BUS_BINARY) return process.env.A2A_BUS_BINARY;
+  if (built) return built;
+  const dir = mkdtempSync(join(tmpdir(), "a2a-bus-bin-"));
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  built = join(dir, "a2a-bus");
+  const root = fileURLToPath(new URL("../../../", import.meta.url));
+  execFileSync("go", ["build", "-o", built, "./cmd/a2a-bus"], { cwd: root, stdio: "inherit" });
+  return built;
+}
+
+/** A temporary folder, removed when the test ends. */
+export function tempDir(t) {
+  const dir = mkdtempSync(join(tmpdir(), "a2a-bus-node-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/**
+ * A host on the given bus that starts its own broker (a sidecar with its
+ * own connection file on NATS), closed when the test ends.
+ */
+export async function openHost(t, bus, opts = {}) {
+  const dir = tempDir(t);
+  const host = await Host.open({
+    bus,
+    binary: binary(),
+    connectionFile: bus === "nats" ? join(dir, "run", "connection.json") : undefined,
+    pollMs: 200,
+    callTimeoutMs: 10_000,
+    ...opts,
+  });
+  t.after(() => host.close());
+  return host;
+}
+
+/** The next event of d, within ms. */
+export async function next(d, ms = 15_000) {
+  return d.wait({ signal: AbortSignal.timeout(ms) });
+}
+
+/**
+ * Waits until d hears that taskId is terminal, by an event or a resync;
+ * returns the task as it heard it and what it saw on the way.
+ */
+export async function untilFinal(d, taskId, ms = 30_000) {
+  const signal = AbortSignal.timeout(ms);
+  const seen = [];
+  for (;;) {
+    const ev = await d.wait({ signal });
+    seen.push(ev);
+    if (ev.task?.taskId === taskId && ev.task.final) return { task: ev.task.task, event: ev.task, seen };
+    const t = ev.resync?.changed.find((x) => x.id === taskId && isTerminal(x.status.state));
+    if (t) return { task: t, seen };
+  }
+}
+
+export function isTerminal(state) {
+  return ["completed", "failed", "canceled", "rejected"].includes(state);
+}
+
+/** Resolves after no event for ms (a delegate that should hear nothing). */
+export async function quietFor(d, ms = 500) {
+  try {
+    const ev = await d.wait({ signal: AbortSignal.timeout(ms) });
+    return ev;
+  } catch (err) {
+    if (err?.name === "TimeoutError") return undefined;
+    throw err;
+  }
+}
+
+export { text, existsSync };
+
+/**
+ * Fails the file when a child process, socket or pipe outlives its tests:
+ * every host closes what it started.
+ */
+export function checkLeaks() {
+  const kinds = ["ProcessWrap", "TCPSocketWrap", "TCPWrap", "PipeWrap"];
+  const count = () => {
+    const n = {};
+    for (const r of process.getActiveResourcesInfo()) if (kinds.includes(r)) n[r] = (n[r] ?? 0) + 1;
+    return n;
+  };
+  const before = count(); // the process's own: its stdio to the test runner
+  after(async () => {
+    let now;
+    for (let i = 0; i < 50; i++) {
+      now = count();
+      if (kinds.every((k) => (now[k] ?? 0) <= (before[k] ?? 0))) return;
+      await new Promise((r) => setTimeout(r, 20)); // a close under way
+    }
+    assert.deepEqual(now, before, "handles left open after the tests");
+  });
+}
