@@ -6,6 +6,9 @@
 //	go run ./bench --quick         # under a minute on 2 cores
 //	go run ./bench --format json   # JSON on stdout as well
 //	go run ./bench --only stores   # one section (written to --out as well)
+//
+// The node section runs the Node host package's benchmark
+// (clients/node/bench) when node is on PATH and the package is built.
 package main
 
 import (
@@ -33,7 +36,7 @@ type Result struct {
 	Bus         string             `json:"bus"`
 	Case        string             `json:"case"`
 	NsPerOp     float64            `json:"nsPerOp"`
-	AllocsPerOp int64              `json:"allocsPerOp"`
+	AllocsPerOp int64              `json:"allocsPerOp"` // -1: not counted (Node counts bytes only)
 	BytesPerOp  int64              `json:"bytesPerOp"`
 	Metrics     map[string]float64 `json:"metrics,omitempty"`
 	// Ratio compares the case with Against (the raw transport, or the
@@ -49,7 +52,7 @@ type Result struct {
 func main() {
 	quick := flag.Bool("quick", false, "short runs and fewer points: under a minute on 2 cores")
 	format := flag.String("format", "markdown", "markdown, or json: also print one JSON object per case on stdout")
-	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, startup")
+	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, startup, node")
 	out := flag.String("out", filepath.Join("docs", "bench"), "the folder the results are written to")
 	flag.Parse()
 	if *format != "markdown" && *format != "json" {
@@ -178,6 +181,7 @@ func (r *runner) all() error {
 		{"agents", func() error { r.agentsList(); return nil }},
 		{"stores", func() error { r.stores(); return nil }},
 		{"startup", r.serveStartup},
+		{"node", r.nodeHost},
 	}
 	for _, sec := range sections {
 		if r.only != "" && !slices.Contains(strings.Split(r.only, ","), sec.name) {
@@ -401,7 +405,7 @@ func (r *runner) markdown() string {
 		if res.Met != nil {
 			target += map[bool]string{true: " ✓", false: " ✗"}[*res.Met]
 		}
-		s += fmt.Sprintf("| %s | %s | %s | %d | %d | %s | %s | %s | %s |\n", res.Bus, res.Case, duration(res.NsPerOp), res.AllocsPerOp, res.BytesPerOp, figs, ratio, res.Against, target)
+		s += fmt.Sprintf("| %s | %s | %s | %s | %d | %s | %s | %s | %s |\n", res.Bus, res.Case, duration(res.NsPerOp), allocs(res.AllocsPerOp), res.BytesPerOp, figs, ratio, res.Against, target)
 	}
 	return s
 }
@@ -428,4 +432,12 @@ func duration(ns float64) string {
 		return fmt.Sprintf("%.2f µs", ns/1e3)
 	}
 	return fmt.Sprintf("%.0f ns", ns)
+}
+
+// allocs prints an allocation count; -1 means not counted.
+func allocs(n int64) string {
+	if n < 0 {
+		return "–"
+	}
+	return fmt.Sprint(n)
 }
