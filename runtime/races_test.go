@@ -198,3 +198,29 @@ func TestSettleEndsABlockedWait(t *testing.T) {
 		t.Fatal("Wait outlived Settle")
 	}
 }
+
+// TestASpawnRacingCloseLeavesNoAgentBehind: a delegate still registering
+// when its runtime closes is deregistered before the session closes, not
+// left live with no one holding it.
+func TestASpawnRacingCloseLeavesNoAgentBehind(t *testing.T) {
+	sessions := []string{"observer"}
+	for i := range 100 {
+		sessions = append(sessions, fmt.Sprint("r", i))
+	}
+	rts := fakeRuntimes(t, runtime.Config{}, sessions...)
+	observer, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: "observer"})
+	require.NoError(t, err)
+	for _, rt := range rts[1:] {
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := rt.Spawn(ctxT(t), wire.AgentCard{Name: "ghost"}); err != nil {
+				assert.ErrorIs(t, err, runtime.ErrClosed)
+			}
+		})
+		wg.Go(func() { assert.NoError(t, rt.Close()) })
+		wg.Wait()
+	}
+	peers, err := observer.Peers(ctxT(t))
+	require.NoError(t, err)
+	assert.Empty(t, peers, "every spawn the close cut short was taken back")
+}

@@ -217,39 +217,44 @@ func (r *Runtime) SpawnInstance(ctx context.Context, card wire.AgentCard, instan
 	}
 	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
 	d := &Delegate{r: r, instance: instanceID, asked: card.Name, card: card, seen: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
-	admitted, err := r.admit(ctx, d)
-	if err != nil {
+	if err := r.admit(ctx, d); err != nil {
 		return nil, err
-	}
-	if !admitted {
-		// The runtime closed while the delegate registered: take the
-		// registration back, here, before answering (Close settles only
-		// the delegates it knows).
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-		defer cancel()
-		_ = d.Settle(sctx) // best effort: the broker's orphan handling covers a failure
-		return nil, ErrClosed
 	}
 	return d, nil
 }
 
 // admit registers d and makes it routable in one step (no event for it is
-// routed meanwhile). It reports false when the runtime closed meanwhile:
-// d is registered, and the caller settles it.
-func (r *Runtime) admit(ctx context.Context, d *Delegate) (bool, error) {
+// routed meanwhile). When the runtime closed meanwhile it takes the
+// registration back and returns ErrClosed: under the naming lock, which
+// close waits for before it settles and closes the session, so the
+// session is still there to deregister on (Close settles only the
+// delegates it knows).
+func (r *Runtime) admit(ctx context.Context, d *Delegate) error {
 	r.naming.Lock()
 	defer r.naming.Unlock()
+	r.mu.Lock()
+	closed := r.closed
+	r.mu.Unlock()
+	if closed { // close has passed its barrier: the session may be gone
+		return ErrClosed
+	}
 	if err := d.registerLocked(ctx); err != nil {
-		return false, err
+		return err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false, nil
+	closed = r.closed
+	if !closed {
+		r.delegates[d] = struct{}{}
+		r.byID[d.ID()] = d
 	}
-	r.delegates[d] = struct{}{}
-	r.byID[d.ID()] = d
-	return true, nil
+	r.mu.Unlock()
+	if closed {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		_ = d.Settle(sctx) // best effort: the broker's orphan handling covers a failure
+		return ErrClosed
+	}
+	return nil
 }
 
 // rename moves a delegate's routing entry to its new agentId.
@@ -295,6 +300,11 @@ func (r *Runtime) close(settle bool) error {
 	}
 	r.closed = true
 	r.mu.Unlock()
+	// A delegate registering now sees the runtime closed and takes its
+	// registration back, while the session is still open.
+	r.naming.Lock()
+	//lint:ignore SA2001 a barrier: it waits for the admits in flight
+	r.naming.Unlock()
 	if settle {
 		ctx, cancel := context.WithTimeout(context.Background(), settleTimeout)
 		defer cancel()
