@@ -36,6 +36,7 @@ export class Feed {
   private dropped = 0;
   private epochNow = "";
   private nextSeq = 0;
+  private lastSeq = 0; // the session's last seq, as the latest replay said
   private queue: FeedItem[] = [];
   private readonly pollMs: number;
   replayed = 0;
@@ -57,6 +58,7 @@ export class Feed {
       if (!res?.epoch) throw new Error("a bad replay result");
       f.epochNow = res.epoch;
       f.nextSeq = res.lastSeq + 1;
+      f.lastSeq = res.lastSeq;
     } catch (err) {
       f.sub.close();
       throw err;
@@ -98,8 +100,8 @@ export class Feed {
   }
 
   private async take(signal: AbortSignal, n: Notification): Promise<void> {
-    const h = n.params;
-    if (!h || typeof h.seq !== "number") return;
+    const h = n?.params;
+    if (!h || typeof h !== "object" || typeof h.seq !== "number" || typeof h.recipient !== "string") return; // not a notification we can use
     if ((h.recipientContextId || h.contextId) !== this.link.id) return; // not ours
     if (h.epoch !== this.epochNow) {
       // A late event of a run that is over, or the first of a new run.
@@ -111,6 +113,9 @@ export class Feed {
       const answered = await this.catchUp(signal, "a gap in seq");
       if (!answered) return; // out of reach: a later replay fills the gap, this one included
       if (h.seq < this.nextSeq) return;
+      // It came before the replay was answered, so its seq is at most the
+      // session's last one then: one beyond is no event of this broker's.
+      if (h.seq > this.lastSeq) return;
       if (h.seq > this.nextSeq) {
         this.queue.push({ gap: { epoch: this.epochNow, newEpoch: false, reason: `events ${this.nextSeq} to ${h.seq - 1} are lost` } });
         this.gaps++;
@@ -152,6 +157,7 @@ export class Feed {
         this.o.logger.debug(`replay failed; will retry: ${(err as Error).message}`);
         return false;
       }
+      this.lastSeq = res.lastSeq;
       if (this.enqueue(res.events as unknown as Notification[]) > 0 && this.nextSeq <= res.lastSeq) {
         attempt = -1; // a page at a time: on to the next
         continue;
@@ -164,6 +170,7 @@ export class Feed {
     let n = 0;
     for (const ev of events ?? []) {
       const seq = ev?.params?.seq;
+      if (typeof ev?.params?.recipient !== "string") continue;
       if (typeof seq === "number" && seq >= this.nextSeq) {
         this.queue.push({ event: ev });
         this.nextSeq = seq + 1;
@@ -178,6 +185,7 @@ export class Feed {
   /** Replaces a subscription that ended, then replays what passed meanwhile. */
   private async resubscribe(signal: AbortSignal): Promise<void> {
     let backoff = 50;
+    this.sub.close(); // ended: let its link forget it
     for (;;) {
       try {
         this.sub = await this.link.subscribe(signal);

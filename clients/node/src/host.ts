@@ -3,6 +3,7 @@ import { quiet, type Bus, type Logger } from "./bus.js";
 import { NatsBus } from "./nats.js";
 import { PipeBus } from "./pipe.js";
 import { Session, type Retry } from "./runtime.js";
+import { positive } from "./util.js";
 
 export interface HostOptions {
   /** Which bus: "nats" (the default) or "pipe". */
@@ -26,8 +27,8 @@ export interface HostOptions {
   callTimeoutMs?: number;
   /** How often a waiting delegate's session polls for a lost event (ms, default 2 000). */
   pollMs?: number;
-  /** How a change whose answer was lost is tried again. */
-  retry?: Retry;
+  /** How a change whose answer was lost is tried again; what is left out (or not positive) is the default's. */
+  retry?: Partial<Retry>;
   /** How many events a delegate's wait queue holds (default 4 096). */
   queue?: number;
   /** Where logs go (console fits); the default drops them. */
@@ -58,11 +59,11 @@ export class Host {
     const common = {
       dataDir: o.dataDir ?? "",
       args: o.args ?? [],
-      callTimeoutMs: o.callTimeoutMs ?? 30_000,
+      callTimeoutMs: positive(o.callTimeoutMs, 30_000),
       logger: o.logger ?? quiet,
     };
     if (kind === "pipe") {
-      const bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"] });
+      const bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args) });
       try {
         await bus.start();
       } catch (err) {
@@ -111,7 +112,11 @@ export class Host {
     const link = this.bus.session(id);
     let s: Session;
     try {
-      s = await Session.open(link, { pollMs: this.o.pollMs, retry: this.o.retry, queue: this.o.queue, logger: this.o.logger ?? quiet }, opts.signal);
+      s = await Session.open(
+        link,
+        { pollMs: this.o.pollMs, retry: this.o.retry, queue: this.o.queue, logger: this.o.logger ?? quiet, onEnd: (s) => this.sessions.delete(s) },
+        opts.signal,
+      );
     } catch (err) {
       await link.close(false);
       throw err;
@@ -135,4 +140,20 @@ export class Host {
     await Promise.all([...this.sessions].map((s) => s.leave().catch(() => {})));
     await this.bus.close();
   }
+}
+
+/**
+ * The message limit a broker started with these args has:
+ * --max-message-bytes, else A2A_BUS_MAX_MESSAGE_BYTES (the child inherits
+ * the environment), else 1 MiB. A limit set in a --config file is not
+ * seen: such a broker's refusal of a larger request comes as a lost answer.
+ */
+export function messageLimit(args: string[]): number {
+  let v: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const m = /^--?max-message-bytes(?:=(.*))?$/.exec(args[i]);
+    if (m) v = m[1] ?? args[i + 1];
+  }
+  v ??= process.env.A2A_BUS_MAX_MESSAGE_BYTES || undefined;
+  return positive(v === undefined ? undefined : Number(v), 1 << 20);
 }

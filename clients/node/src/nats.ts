@@ -15,6 +15,7 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
+import { tooLarge } from "./pipe.js";
 import { Queue, raceAbort, sleep, subjectToken } from "./util.js";
 
 export interface NatsOptions {
@@ -58,6 +59,7 @@ export class NatsBus implements Bus {
   private sessions = new Set<NatsSession>();
   private backoff = 50;
   private supervisor?: Promise<void>;
+  private readonly stopping = new AbortController(); // aborted by close
 
   constructor(private readonly o: NatsOptions) {
     this.linkUp = new Promise((r) => (this.setLink = r));
@@ -157,7 +159,11 @@ export class NatsBus implements Bus {
         return;
       } catch (err) {
         this.o.logger.debug(`rejoin: ${(err as Error).message}`);
-        await sleep(wait);
+        try {
+          await sleep(wait, this.stopping.signal);
+        } catch {
+          return; // closed
+        }
         wait = Math.min(wait * 2, 1000);
       }
     }
@@ -189,6 +195,10 @@ export class NatsBus implements Bus {
     } catch (err) {
       if (signal?.aborted && err === signal.reason) throw err;
       if (this.closed) throw new ClosedError("the host is closed");
+      if (/max_payload/i.test(String((err as Error)?.message))) {
+        // Over the server's payload limit: it never left; it never will.
+        throw tooLarge(method, body.length, nc.info?.max_payload ?? 0);
+      }
       throw new UnavailableError(`${method}: ${(err as Error).message}`, { cause: err });
     }
     return resultOf(method, msg.json(), (m, e) => new A2ABusError(m, e));
@@ -208,6 +218,11 @@ export class NatsBus implements Bus {
   /** @internal */
   forget(s: NatsSession): void {
     this.sessions.delete(s);
+  }
+
+  /** @internal the current link's generation; 0 while down. */
+  linkGen(): number {
+    return this.link && !this.link.nc.isClosed() ? this.link.gen : 0;
   }
 
   /** @internal */
@@ -236,6 +251,7 @@ export class NatsBus implements Bus {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.stopping.abort();
     await Promise.all([...this.sessions].map((s) => s.close(false)));
     const link = this.link;
     this.link = undefined;
@@ -266,7 +282,16 @@ class NatsSession implements SessionLink {
     this.token = subjectToken(id);
   }
 
+  /**
+   * The session's connection, opened (again) when there is none for the
+   * current link: callTimeoutMs at most, trying again with backoff while
+   * it cannot be made (the link went meanwhile, the server refused it).
+   */
   private async nc(signal?: AbortSignal): Promise<NatsConnection> {
+    const c = this.conn;
+    if (c && !this.closed && c.gen === this.bus.linkGen() && !c.nc.isClosed()) return c.nc;
+    const deadline = Date.now() + this.bus.timeoutMs;
+    let wait = 50;
     for (;;) {
       if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
       const link = await this.bus.current(signal);
@@ -278,8 +303,11 @@ class NatsSession implements SessionLink {
       } catch (err) {
         if (err instanceof A2ABusError || (signal?.aborted && err === signal.reason)) throw err;
         if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
-        // The link went meanwhile: take the next one.
-        await sleep(50, signal);
+        if (Date.now() + wait > deadline) {
+          throw new UnavailableError(`session ${this.id}: no connection within ${this.bus.timeoutMs} ms: ${(err as Error).message}`, { cause: err });
+        }
+        await sleep(wait, signal);
+        wait = Math.min(wait * 2, 1000);
       }
     }
   }
@@ -322,11 +350,13 @@ class NatsSession implements SessionLink {
     void (async () => {
       try {
         for await (const m of sub) {
+          let n: unknown;
           try {
-            q.put(m.json<Notification>());
+            n = m.json();
           } catch {
-            // Not JSON: nothing a session can use.
+            continue; // not JSON: nothing a session can use
           }
+          if (n && typeof n === "object" && !Array.isArray(n)) q.put(n as Notification);
         }
       } catch {
         // The subscription failed; it ends below.

@@ -17,6 +17,8 @@ import { Queue, raceAbort, sleep } from "./util.js";
 export interface PipeOptions {
   /** The broker's command line; the pipe args are appended. */
   command: string[];
+  /** The broker's message limit (--max-message-bytes): larger requests are refused here. */
+  maxMessageBytes: number;
   dataDir: string;
   args: string[];
   callTimeoutMs: number;
@@ -39,14 +41,14 @@ interface Pending {
 export class PipeBus implements Bus {
   readonly kind = "pipe" as const;
   private child?: ChildProcess;
-  private childUp?: Promise<void>; // resolves when a child runs
-  private markUp?: () => void;
+  private ready?: ChildProcess; // the child that has answered
+  private childUp?: Promise<void>; // resolves when the current child first answers
+  private exited?: Promise<void>; // resolves when the current child is gone
   private nextId = 1;
   private pending = new Map<number, Pending>();
   private subs = new Map<string, Set<Queue<Notification>>>();
   private closed = false;
   private starts = 0;
-  private exited?: Promise<void>;
   private backoff = 50;
   private lastWords: string[] = []; // the broker's last lines on stderr, for an error
 
@@ -62,20 +64,24 @@ export class PipeBus implements Bus {
       );
     });
     died.catch(() => {});
-    // Up once it answers: a replay that asks where a session stands is
-    // harmless and answered by every broker.
-    await Promise.race([this.rawCall("a2a.events.replay", { contextId: "a2a-bus-node-probe" }), died]);
+    await Promise.race([this.childUp, died]);
   }
 
+  /**
+   * Starts a child. It counts as up once it answers a probe (a replay
+   * that asks where a session stands, which every broker answers); calls
+   * wait for that.
+   */
   private launch(): void {
-    this.childUp ??= new Promise((r) => (this.markUp = r));
     const [cmd, ...pre] = this.o.command;
     const child = spawn(cmd, [...pre, "serve", "--bus=pipe", `--data-dir=${this.o.dataDir}`, ...this.o.args], {
       stdio: ["pipe", "pipe", "pipe"],
     });
     this.child = child;
     this.starts++;
-    const born = Date.now();
+    let upAt: number | undefined;
+    let markUp!: () => void;
+    this.childUp = new Promise((r) => (markUp = r));
     child.stdin!.on("error", () => {}); // a dead child's stdin: its exit is handled below
     createInterface({ input: child.stdout!, crlfDelay: Infinity }).on("line", (line) => this.onLine(line));
     createInterface({ input: child.stderr!, crlfDelay: Infinity }).on("line", (line) => {
@@ -84,28 +90,38 @@ export class PipeBus implements Bus {
       this.o.logger.debug(`broker: ${line}`);
     });
     this.exited = new Promise((resolve) => {
-      child.once("error", (err) => {
-        this.o.logger.warn(`the broker could not start: ${err.message}`);
-      });
+      child.once("error", (err) => this.o.logger.warn(`the broker could not start: ${err.message}`));
       child.once("close", (code, sig) => {
         resolve();
         if (this.child !== child) return;
-        this.child = undefined;
-        this.childUp = undefined;
-        const lost = new UnavailableError(`the broker exited (${sig ?? code})`);
+        this.child = this.ready = this.childUp = undefined;
+        const lost = this.closed ? new ClosedError("the host is closed") : new UnavailableError(`the broker exited (${sig ?? code})`);
         for (const p of this.pending.values()) p.reject(lost);
         this.pending.clear();
         for (const set of this.subs.values()) for (const q of set) q.end();
         this.subs.clear();
         if (this.closed) return;
-        this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again`);
-        this.backoff = Date.now() - born > 1000 ? 50 : Math.min(this.backoff * 2, 1000);
+        // A child that keeps dying young is started less and less often.
+        this.backoff = upAt !== undefined && Date.now() - upAt >= STEADY_MS ? 50 : Math.min(this.backoff * 2, 1000);
+        this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again in ${this.backoff} ms`);
         setTimeout(() => {
-          if (!this.closed) this.launch();
+          if (!this.closed && !this.child) this.launch();
         }, this.backoff).unref();
       });
     });
-    child.once("spawn", () => this.markUp?.());
+    child.once("spawn", () => {
+      const id = this.nextId++;
+      this.pending.set(id, {
+        method: "a2a.events.replay",
+        resolve: () => {
+          upAt = Date.now();
+          if (this.child === child) this.ready = child;
+          markUp();
+        },
+        reject: () => {}, // it died first: its close starts the next
+      });
+      child.stdin!.write(JSON.stringify({ jsonrpc: "2.0", id, method: "a2a.events.replay", params: { contextId: "a2a-bus-node-probe" } }) + "\n");
+    });
   }
 
   private onLine(line: string): void {
@@ -117,7 +133,12 @@ export class PipeBus implements Bus {
       this.o.logger.warn("the broker wrote a line that is not JSON; skipped");
       return;
     }
-    if (msg && typeof msg === "object" && "id" in msg && !("method" in msg)) {
+    if (!msg || typeof msg !== "object" || Array.isArray(msg)) return;
+    if ("id" in msg && !("method" in msg)) {
+      if (msg.id === null && msg.error) {
+        this.o.logger.warn(`the broker refused a request it could not read: ${msg.error.message}`);
+        return;
+      }
       const p = this.pending.get(msg.id);
       if (!p) return; // a call given up on
       this.pending.delete(msg.id);
@@ -128,30 +149,42 @@ export class PipeBus implements Bus {
       }
       return;
     }
-    if (msg && typeof msg.method === "string" && msg.params) {
+    if (typeof msg.method === "string" && msg.params && typeof msg.params === "object") {
       const id = sessionOf(msg);
       const set = id === undefined ? undefined : this.subs.get(id);
       if (set) for (const q of set) q.put(msg);
     }
   }
 
-  private async rawCall(method: string, params: object, signal?: AbortSignal): Promise<any> {
+  /** Waits until a child that has answered runs, callTimeoutMs at most. */
+  private async live(method: string, signal?: AbortSignal): Promise<ChildProcess> {
     let deadline: AbortSignal | undefined;
     for (;;) {
       if (this.closed) throw new ClosedError("the host is closed");
       const child = this.child;
-      if (child?.stdin?.writable && child.pid !== undefined) break;
-      // Between two children: wait for the next one, callTimeoutMs at most.
+      if (child && child === this.ready && child.stdin?.writable) return child;
       deadline ??= AbortSignal.timeout(this.o.callTimeoutMs);
+      // Starting: its first answer, or its end. Dying: its end. Between two: a moment.
+      const next = child === undefined ? sleep(50) : child === this.ready ? this.exited! : Promise.race([this.childUp!, this.exited!]);
       try {
-        await raceAbort(this.childUp ?? sleep(50), signal ? AbortSignal.any([signal, deadline]) : deadline);
+        await raceAbort(next, signal ? AbortSignal.any([signal, deadline]) : deadline);
       } catch (err) {
         if (signal?.aborted) throw signal.reason;
         throw new UnavailableError(`${method}: no broker within ${this.o.callTimeoutMs} ms`, { cause: err });
       }
     }
+  }
+
+  private async rawCall(method: string, params: object, signal?: AbortSignal): Promise<any> {
     const id = this.nextId++;
     const line = JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n";
+    const size = Buffer.byteLength(line) - 1;
+    if (size > this.o.maxMessageBytes) {
+      // The broker would answer -32600 with "id": null, which no call can
+      // be matched with: refuse it here, as that answer.
+      throw tooLarge(method, size, this.o.maxMessageBytes);
+    }
+    const child = await this.live(method, signal);
     return new Promise((resolve, reject) => {
       const timeout = AbortSignal.timeout(this.o.callTimeoutMs);
       const done = () => {
@@ -181,7 +214,7 @@ export class PipeBus implements Bus {
           reject(e);
         },
       });
-      this.child!.stdin!.write(line);
+      child.stdin!.write(line);
     });
   }
 
@@ -200,11 +233,7 @@ export class PipeBus implements Bus {
 
   /** @internal */
   async subscribe(id: string, signal?: AbortSignal): Promise<Subscription> {
-    for (;;) {
-      if (this.closed) throw new ClosedError("the host is closed");
-      if (this.child) break;
-      await raceAbort(this.childUp ?? sleep(50), signal);
-    }
+    await this.live("subscribe", signal);
     const q = new Queue<Notification>(SUBSCRIPTION_QUEUE);
     let set = this.subs.get(id);
     if (!set) this.subs.set(id, (set = new Set()));
@@ -252,6 +281,18 @@ export class PipeBus implements Bus {
     for (const set of this.subs.values()) for (const q of set) q.end();
     this.subs.clear();
   }
+}
+
+/** How long a child must have run for the restart backoff to start over. */
+const STEADY_MS = 5000;
+
+/** The error a request over the message limit gets: the broker's own (-32600). */
+export function tooLarge(method: string, size: number, limit: number): A2ABusError {
+  return new A2ABusError(method, {
+    code: -32600,
+    message: `the request is ${size} bytes, over the message limit of ${limit} bytes`,
+    data: { code: "INVALID_REQUEST" },
+  });
 }
 
 class PipeSession implements SessionLink {

@@ -2,8 +2,8 @@ import { randomUUID } from "node:crypto";
 
 import { ClosedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
-import { Feed, type Gap } from "./feed.js";
-import { Mutex, sleep } from "./util.js";
+import { DEFAULT_POLL_MS, Feed, type Gap } from "./feed.js";
+import { Mutex, positive, sleep } from "./util.js";
 import type {
   AgentCard,
   Artifact,
@@ -70,8 +70,10 @@ export interface SessionOptions {
   /** How often a waiting feed polls for a lost event (ms). */
   pollMs?: number;
   queue?: number;
-  retry?: Retry;
+  retry?: Partial<Retry>;
   logger: Logger;
+  /** Called once the session has closed or left. */
+  onEnd?: (s: Session) => void;
 }
 
 export interface CallOptions {
@@ -115,22 +117,34 @@ export class Session {
   private byId = new Map<string, Delegate>();
   private live = new Set<Delegate>();
   private closed = false;
+  private ended?: Promise<void>;
   /** @internal */
   waiting = 0;
   /** @internal */
-  readonly opts: Required<Omit<SessionOptions, "pollMs">> & { pollMs?: number };
+  readonly opts: { queue: number; retry: Retry; logger: Logger; pollMs: number; onEnd?: (s: Session) => void };
 
   private constructor(
     /** @internal */ readonly link: SessionLink,
     o: SessionOptions,
   ) {
-    this.opts = { queue: o.queue ?? DEFAULT_QUEUE, retry: o.retry ?? DEFAULT_RETRY, logger: o.logger, pollMs: o.pollMs };
+    const r = o.retry ?? {};
+    this.opts = {
+      queue: positive(o.queue, DEFAULT_QUEUE),
+      retry: {
+        attempts: Math.floor(positive(r.attempts, DEFAULT_RETRY.attempts)),
+        backoffMs: positive(r.backoffMs, DEFAULT_RETRY.backoffMs),
+        maxBackoffMs: positive(r.maxBackoffMs, DEFAULT_RETRY.maxBackoffMs),
+      },
+      logger: o.logger,
+      pollMs: positive(o.pollMs, DEFAULT_POLL_MS),
+      onEnd: o.onEnd,
+    };
   }
 
   /** @internal */
   static async open(link: SessionLink, o: SessionOptions, signal?: AbortSignal): Promise<Session> {
     const s = new Session(link, o);
-    s.feed = await Feed.open(link, { pollMs: o.pollMs, shouldPoll: () => s.waiting > 0, logger: o.logger }, signal);
+    s.feed = await Feed.open(link, { pollMs: s.opts.pollMs, shouldPoll: () => s.waiting > 0, logger: o.logger }, signal);
     s.pumped = s.pump();
     return s;
   }
@@ -198,23 +212,22 @@ export class Session {
   async spawn(card: CardInput, opts: SpawnOptions = {}): Promise<Delegate> {
     if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
     const d = new Delegate(this, opts.instanceId ?? randomUUID(), card);
-    const unlock = await this.naming.lock();
-    let admitted = false;
-    try {
-      await d.registerLocked(opts.signal);
-      if (!this.closed) {
-        this.live.add(d);
-        this.byId.set(d.id, d);
-        admitted = true;
-      }
-    } finally {
-      unlock();
-    }
-    if (!admitted) {
-      await d.settle().catch(() => {});
-      throw new ClosedError(`session ${this.id} is closed`);
-    }
+    // Registering again under the same instance id replaces the
+    // registration: safe to retry when its answer is lost.
+    await this.naming.run(async () => {
+      // Past close's barrier the link may be gone: do not register.
+      if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
+      await this.retry(opts.signal, () => d.registerLocked(opts.signal));
+    });
     return d;
+  }
+
+  /** @internal makes a newly registered delegate routable; false once the session is closed. */
+  admit(d: Delegate): boolean {
+    if (this.closed) return false;
+    this.live.add(d);
+    this.byId.set(d.id, d);
+    return true;
   }
 
   /** @internal */
@@ -247,8 +260,16 @@ export class Session {
   }
 
   private async end(settle: boolean): Promise<void> {
-    if (this.closed) return this.pumped;
+    if (this.closed) return this.ended;
     this.closed = true;
+    this.ended = this.finish(settle);
+    return this.ended;
+  }
+
+  private async finish(settle: boolean): Promise<void> {
+    // A spawn registering now sees the session closed and takes its
+    // registration back while the link is still open.
+    await this.naming.run(async () => {});
     if (settle) {
       const signal = AbortSignal.timeout(SETTLE_TIMEOUT_MS);
       await Promise.all(
@@ -265,6 +286,7 @@ export class Session {
     const gone = new ClosedError(`session ${this.id} is closed`);
     for (const d of this.live) d.fail(gone);
     await this.link.close(settle);
+    this.opts.onEnd?.(this);
   }
 
   /** @internal Runs a change until it is answered, fails otherwise, or its attempts are spent. */
@@ -342,9 +364,15 @@ export class Delegate {
     await this.s.naming.run(() => this.registerLocked(signal));
   }
 
-  /** @internal */
+  /**
+   * @internal Registers, and adopts what the broker assigns; the first
+   * registration also makes the delegate routable, or, when its session
+   * closed meanwhile, takes the registration back (close waits for this,
+   * under the naming lock, so the link is still open).
+   */
   async registerLocked(signal?: AbortSignal): Promise<void> {
     if (this.leaving || this.err) throw this.err ?? new SettledError();
+    const first = this.agentId === "";
     const oldId = this.agentId;
     const res: RegisterResult = await this.s.link.call(
       "a2a.agents.register",
@@ -359,6 +387,13 @@ export class Delegate {
     this.agentId = res.agentId;
     this.token = res.token;
     this.registered = res.card;
+    if (first) {
+      if (!this.s.admit(this)) {
+        await this.settle({ signal }).catch(() => {}); // the broker's orphan handling covers a failure
+        throw new ClosedError(`session ${this.s.id} is closed`);
+      }
+      return;
+    }
     if (oldId && oldId !== res.agentId) {
       this.s.rename(this, oldId, res.agentId);
       this.pendingRename = oldId;

@@ -185,3 +185,8 @@ export function raceAbort<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
     );
   });
 }
+
+/** v when it is a positive finite number, else the default. */
+export function positive(v: number | undefined, def: number): number {
+  return typeof v === "number" && v > 0 && Number.isFinite(v) ? v : def;
+}
