@@ -535,15 +535,21 @@ func (d *Delegate) Wait(ctx context.Context) (Event, error) {
 		}
 		d.qmu.Lock()
 		var it item
+		fromQueue := false
 		switch {
 		case len(d.queue) > 0:
+			// An event, or a resync: either is this waiter's alone. A
+			// resync is taken off the queue (or the overflow cleared) as
+			// it starts, so that a second waiter does not repeat it and
+			// events dropped while it reads the tasks make a next one; it
+			// is put back if it fails.
 			it = d.queue[0]
-			if it.resync == "" {
-				d.queue[0] = item{}
-				d.queue = d.queue[1:]
-			}
+			d.queue[0] = item{}
+			d.queue = d.queue[1:]
+			fromQueue = true
 		case d.overflow:
 			it = item{resync: "the wait queue overflowed"}
+			d.overflow = false
 		}
 		more := len(d.queue) > 0
 		d.qmu.Unlock()
@@ -551,19 +557,18 @@ func (d *Delegate) Wait(ctx context.Context) (Event, error) {
 		case it.resync != "":
 			rs, err := d.resyncNow(ctx, it.resync)
 			if err == nil {
-				d.qmu.Lock()
-				if len(d.queue) > 0 && d.queue[0].resync == it.resync {
-					d.queue[0] = item{}
-					d.queue = d.queue[1:]
-				} else {
-					d.overflow = false
-				}
-				d.qmu.Unlock()
 				ev := Event{Resync: rs}
 				d.noteDelivered(ev)
 				d.signal()
 				return ev, nil
 			}
+			d.qmu.Lock()
+			if fromQueue {
+				d.queue = append([]item{it}, d.queue...)
+			} else {
+				d.overflow = true
+			}
+			d.qmu.Unlock()
 			// It stays due: try again shortly, unless the delegate or the
 			// caller is done.
 			if errors.Is(err, ErrSettled) || errors.Is(err, ErrClosed) {

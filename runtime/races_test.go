@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -223,4 +225,105 @@ func TestASpawnRacingCloseLeavesNoAgentBehind(t *testing.T) {
 	peers, err := observer.Peers(ctxT(t))
 	require.NoError(t, err)
 	assert.Empty(t, peers, "every spawn the close cut short was taken back")
+}
+
+// holdingSession holds the answer of each a2a.tasks.list until released.
+type holdingSession struct {
+	transport.Session
+	listed  chan struct{} // a list's answer is being held
+	release chan struct{}
+}
+
+func (s *holdingSession) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	res, err := s.Session.Call(ctx, method, params)
+	if method == wire.MethodListTasks {
+		select {
+		case s.listed <- struct{}{}:
+		default:
+		}
+		<-s.release
+	}
+	return res, err
+}
+
+// TestEventsDroppedDuringAnOverflowResyncAreNotLost: events dropped while
+// an overflow's Resync reads the tasks (whose answer predates them) make
+// the next Resync; they are not forgotten when the first one ends.
+func TestEventsDroppedDuringAnOverflowResyncAreNotLost(t *testing.T) {
+	bus := fakebus.New(fakebus.Config{})
+	b, err := broker.New(context.Background(), bus, broker.Config{})
+	require.NoError(t, err)
+	defer func() { bus.Close(); b.Close() }()
+	open := func(id string, wrap func(transport.Session) transport.Session) *runtime.Runtime {
+		sess, err := bus.Session(ctxT(t), id)
+		require.NoError(t, err)
+		rt, err := runtime.New(ctxT(t), wrap(sess), runtime.Config{Queue: 1})
+		require.NoError(t, err)
+		t.Cleanup(func() { rt.Close() })
+		return rt
+	}
+	held := &holdingSession{listed: make(chan struct{}, 1), release: make(chan struct{})}
+	asker, err := open("s1", func(s transport.Session) transport.Session { return s }).Spawn(ctxT(t), wire.AgentCard{Name: "asker"})
+	require.NoError(t, err)
+	worker, err := open("s2", func(s transport.Session) transport.Session { held.Session = s; return held }).Spawn(ctxT(t), wire.AgentCard{Name: "worker"})
+	require.NoError(t, err)
+	var ids []string
+	send := func() {
+		task, err := asker.Send(ctxT(t), "worker", wire.Message{Parts: []wire.Part{wire.TextPart("job")}}, nil)
+		require.NoError(t, err)
+		ids = append(ids, task.ID)
+	}
+	for range 3 {
+		send()
+	}
+	require.Eventually(t, worker.Overflowed, 10*time.Second, time.Millisecond)
+	got := map[string]bool{}
+	take := func(ev runtime.Event) {
+		if ev.Task != nil {
+			got[ev.Task.TaskID] = true
+		}
+		if ev.Resync != nil {
+			for _, task := range ev.Resync.Changed {
+				got[task.ID] = true
+			}
+		}
+	}
+	ev, err := worker.Wait(ctxT(t)) // the one queued event
+	require.NoError(t, err)
+	take(ev)
+	resynced := make(chan []runtime.Event, 1)
+	go func() {
+		// Up to the overflow's Resync, whose list is held (an event still
+		// on its way may come first).
+		var evs []runtime.Event
+		for {
+			ev, err := worker.Wait(ctxT(t))
+			if !assert.NoError(t, err) || ev.Resync != nil {
+				resynced <- append(evs, ev)
+				return
+			}
+			evs = append(evs, ev)
+		}
+	}()
+	<-held.listed
+	for range 3 { // answered after the list was read: one queued, two dropped
+		send()
+	}
+	require.Eventually(t, worker.Overflowed, 10*time.Second, time.Millisecond)
+	close(held.release)
+	for _, ev := range <-resynced {
+		take(ev)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for len(got) < len(ids) {
+		ev, err := worker.Wait(ctx)
+		if err != nil {
+			break
+		}
+		take(ev)
+	}
+	for _, id := range ids {
+		assert.True(t, got[id], "task %s was neither delivered nor named by a Resync", id)
+	}
 }
