@@ -121,6 +121,11 @@ export class Host {
       await link.close(false);
       throw err;
     }
+    if (this.closed) {
+      // The host closed while the session opened: it is not handed out.
+      await s.leave();
+      throw new ClosedError("the host is closed");
+    }
     this.sessions.add(s);
     return s;
   }

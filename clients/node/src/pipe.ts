@@ -184,6 +184,14 @@ export class PipeBus implements Bus {
       // be matched with: refuse it here, as that answer.
       throw tooLarge(method, size, this.o.maxMessageBytes);
     }
+    if (nestedDeeper(line, MAX_DEPTH)) {
+      // Refused likewise with "id": null (docs/PROTOCOL.md §11).
+      throw new A2ABusError(method, {
+        code: -32600,
+        message: `message nests arrays and objects deeper than ${MAX_DEPTH} levels`,
+        data: { code: "INVALID_REQUEST" },
+      });
+    }
     const child = await this.live(method, signal);
     return new Promise((resolve, reject) => {
       const timeout = AbortSignal.timeout(this.o.callTimeoutMs);
@@ -281,6 +289,25 @@ export class PipeBus implements Bus {
     for (const set of this.subs.values()) for (const q of set) q.end();
     this.subs.clear();
   }
+}
+
+/** How deeply a request may nest arrays and objects (docs/PROTOCOL.md §11). */
+const MAX_DEPTH = 128;
+
+/** Whether JSON text nests arrays and objects deeper than limit, the envelope included. */
+function nestedDeeper(json: string, limit: number): boolean {
+  let depth = 0;
+  for (let i = 0; i < json.length; i++) {
+    const c = json.charCodeAt(i);
+    if (c === 0x22) {
+      for (i++; i < json.length && json.charCodeAt(i) !== 0x22; i++) if (json.charCodeAt(i) === 0x5c) i++;
+    } else if (c === 0x7b || c === 0x5b) {
+      if (++depth > limit) return true;
+    } else if (c === 0x7d || c === 0x5d) {
+      depth--;
+    }
+  }
+  return false;
 }
 
 /** How long a child must have run for the restart backoff to start over. */

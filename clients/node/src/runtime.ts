@@ -617,19 +617,30 @@ export class Delegate {
           this.noteDelivered(head.ev);
           return head.ev;
         }
-        const reason = head?.resync ?? (this.overflow ? "the wait queue overflowed" : undefined);
+        // A resync is this waiter's alone: taken off the queue (or the
+        // overflow flag cleared) as it starts, so that a second waiter
+        // does not repeat it and events dropped while it reads the tasks
+        // make a next one; put back if it fails.
+        let reason: string | undefined;
+        if (head?.resync !== undefined) {
+          this.queue.shift();
+          reason = head.resync;
+        } else if (this.overflow) {
+          this.overflow = false;
+          reason = "the wait queue overflowed";
+        }
         if (reason !== undefined) {
           let rs: Resync;
           try {
             rs = await this.resyncNow(reason, signal);
           } catch (err) {
+            if (head?.resync !== undefined) this.queue.unshift(head);
+            else this.overflow = true;
             if (err instanceof SettledError || err instanceof ClosedError || signal?.aborted) throw err;
             this.s.opts.logger.debug(`resync failed; retrying: ${(err as Error).message}`);
             await this.pause(RESYNC_RETRY_MS, signal);
             continue;
           }
-          if (this.queue[0]?.resync === reason && this.queue[0] === head) this.queue.shift();
-          else this.overflow = false;
           const ev: WaitEvent = { resync: rs };
           this.noteDelivered(ev);
           return ev;
