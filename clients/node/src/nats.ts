@@ -79,7 +79,8 @@ export class NatsBus implements Bus {
   /** Starts the sidecar and resolves with the path of its connection file. */
   private launch(): Promise<string> {
     const [cmd, ...pre] = this.o.command!;
-    const args = [...pre, "serve", `--data-dir=${this.o.dataDir}`, ...this.o.args];
+    // The sidecar dies with this process (serve's default, said anyway).
+    const args = [...pre, "serve", "--exit-with-parent", `--data-dir=${this.o.dataDir}`, ...this.o.args];
     if (this.o.connectionFile) args.push(`--connection-file=${this.o.connectionFile}`);
     const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
     this.child = child;

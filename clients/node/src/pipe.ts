@@ -74,7 +74,7 @@ export class PipeBus implements Bus {
    */
   private launch(): void {
     const [cmd, ...pre] = this.o.command;
-    const child = spawn(cmd, [...pre, "serve", "--bus=pipe", `--data-dir=${this.o.dataDir}`, ...this.o.args], {
+    const child = spawn(cmd, [...pre, "serve", "--bus=pipe", "--exit-with-parent", `--data-dir=${this.o.dataDir}`, ...this.o.args], {
       stdio: ["pipe", "pipe", "pipe"],
     });
     this.child = child;
