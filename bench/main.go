@@ -361,15 +361,11 @@ func (r *runner) stores() {
 
 // serveStartup: start-up time and resident memory of a2a-bus serve.
 func (r *runner) serveStartup() error {
-	dir, err := os.MkdirTemp("", "a2a-bus-bench-bin-")
+	bin, cleanup, err := buildServe()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := buildServe(dir)
-	if err != nil {
-		return err
-	}
+	defer cleanup()
 	runs := 5
 	if r.quick {
 		runs = 2

@@ -26,15 +26,11 @@ func (r *runner) nodeHost() error {
 		fmt.Fprintln(os.Stderr, "bench: node: skipped, the package is not built (npm --prefix clients/node ci && npm --prefix clients/node run build)")
 		return nil
 	}
-	dir, err := os.MkdirTemp("", "a2a-bus-bench-node-")
+	bin, cleanup, err := buildServe()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin, err := buildServe(dir)
-	if err != nil {
-		return err
-	}
+	defer cleanup()
 	n := "2000"
 	if r.quick {
 		n = "300"

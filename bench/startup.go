@@ -17,14 +17,20 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// buildServe builds the a2a-bus command into dir.
-func buildServe(dir string) (string, error) {
-	out := filepath.Join(dir, "a2a-bus")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/a2a-bus/a2a-bus/cmd/a2a-bus")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v: %s", err, msg)
+// buildServe builds the a2a-bus command into a temporary folder, which
+// cleanup removes.
+func buildServe() (bin string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "a2a-bus-bench-bin-")
+	if err != nil {
+		return "", nil, err
 	}
-	return out, nil
+	bin = filepath.Join(dir, "a2a-bus")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/a2a-bus/a2a-bus/cmd/a2a-bus")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("go build: %v: %s", err, msg)
+	}
+	return bin, func() { os.RemoveAll(dir) }, nil
 }
 
 // startup measures `a2a-bus serve` from exec to ready, and its resident

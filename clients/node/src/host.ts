@@ -62,23 +62,19 @@ export class Host {
       callTimeoutMs: positive(o.callTimeoutMs, 30_000),
       logger: o.logger ?? quiet,
     };
+    let bus: PipeBus | NatsBus;
     if (kind === "pipe") {
-      const bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args) });
-      try {
-        await bus.start();
-      } catch (err) {
-        await bus.close();
-        throw err;
-      }
-      return new Host(bus, o);
+      bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args) });
+    } else if (kind === "nats") {
+      const join = o.binary === undefined && o.connectionFile !== undefined;
+      bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile });
+    } else {
+      throw new TypeError(`unknown bus ${JSON.stringify(kind)} (want nats or pipe)`);
     }
-    if (kind !== "nats") throw new TypeError(`unknown bus ${JSON.stringify(kind)} (want nats or pipe)`);
-    const join = o.binary === undefined && o.connectionFile !== undefined;
-    const bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile });
     try {
       await bus.start();
     } catch (err) {
-      await bus.close();
+      await bus.close(); // a child that started is stopped, and not started again
       throw err;
     }
     return new Host(bus, o);

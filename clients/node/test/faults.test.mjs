@@ -8,48 +8,31 @@ import { createInterface } from "node:readline";
 import { join } from "node:path";
 
 import { Host, UnavailableError } from "../dist/index.js";
-import { BUSES, binary, next, openHost, quietFor, tempDir, text, untilFinal, checkLeaks } from "../testkit/helpers.mjs";
+import { BUSES, binary, next, openHost, quietFor, tempDir, text, untilFinal, checkLeaks, intercept } from "../testkit/helpers.mjs";
 
-/**
- * Makes the sessions this host opens from now on go through wrap(link):
- * fault injection between the runtime and a real bus.
- */
-function wrapSessions(host, wrap) {
-  const open = host.bus.session.bind(host.bus);
-  host.bus.session = (id) => wrap(open(id));
+/** Loses the next `plan.drop` notifications for `plan.recipient` in session s1. */
+function losing(host, plan) {
+  intercept(host, (id) =>
+    id !== "s1"
+      ? undefined
+      : {
+          deliver(n, put) {
+            if (plan.drop > 0 && n.params?.recipient === plan.recipient) {
+              plan.drop--;
+              plan.lost.push(n);
+              return true;
+            }
+            return put(n);
+          },
+        },
+  );
 }
-
-/** A link whose subscriptions lose the next `drop` notifications for `recipient`. */
-function losing(link, plan) {
-  return {
-    get id() {
-      return link.id;
-    },
-    call: (...a) => link.call(...a),
-    close: (...a) => link.close(...a),
-    async subscribe(signal) {
-      const sub = await link.subscribe(signal);
-      const put = sub.queue.put.bind(sub.queue);
-      sub.queue.put = (n) => {
-        if (plan.drop > 0 && n.params?.recipient === plan.recipient) {
-          plan.drop--;
-          plan.lost.push(n);
-          return true;
-        }
-        return put(n);
-      };
-      return sub;
-    },
-  };
-}
-
-checkLeaks();
 
 for (const bus of BUSES) {
   test(`TestWaitingDelegateWakesThoughTheEventWasLost [${bus}]`, async (t) => {
     const host = await openHost(t, bus);
     const plan = { recipient: "asker", drop: 0, lost: [] };
-    wrapSessions(host, (link) => (link.id === "s1" ? losing(link, plan) : link));
+    losing(host, plan);
     const asker = await (await host.session("s1")).spawn({ name: "asker" });
     const worker = await (await host.session("s2")).spawn({ name: "worker" });
     const task = await asker.send("worker", text("job"));
@@ -71,7 +54,7 @@ for (const bus of BUSES) {
   test(`TestFeedFillsAGapByReplay [${bus}]`, async (t) => {
     const host = await openHost(t, bus, { pollMs: 60_000 }); // no polling: the gap alone must tell
     const plan = { recipient: "asker", drop: 0, lost: [] };
-    wrapSessions(host, (link) => (link.id === "s1" ? losing(link, plan) : link));
+    losing(host, plan);
     const asker = await (await host.session("s1")).spawn({ name: "asker" });
     const worker = await (await host.session("s2")).spawn({ name: "worker" });
     const task = await asker.send("worker", text("job"));
@@ -91,14 +74,9 @@ for (const bus of BUSES) {
     const host = await openHost(t, bus, { retry: { attempts: 4, backoffMs: 20, maxBackoffMs: 100 } });
     const lose = new Set(["a2a.message.send", "a2a.tasks.update", "a2a.tasks.cancel"]);
     let lost = 0;
-    wrapSessions(host, (link) => ({
-      get id() {
-        return link.id;
-      },
-      subscribe: (...a) => link.subscribe(...a),
-      close: (...a) => link.close(...a),
-      async call(method, params, signal) {
-        const res = await link.call(method, params, signal);
+    intercept(host, () => ({
+      async call(method, params, signal, next) {
+        const res = await next();
         if (lose.delete(method)) {
           lost++;
           throw new UnavailableError(`${method}: the answer was lost (injected)`);

@@ -6,33 +6,21 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 
 import { A2ABusError, ClosedError, Codes, SettledError, isCode } from "../dist/index.js";
-import { BUSES, next, openHost, quietFor, text, checkLeaks } from "../testkit/helpers.mjs";
+import { BUSES, next, openHost, quietFor, text, checkLeaks, intercept } from "../testkit/helpers.mjs";
 
 /** Records every notification a session's subscriptions receive, before the runtime filters anything. */
 function recordSessions(host) {
   const got = new Map();
-  const open = host.bus.session.bind(host.bus);
-  host.bus.session = (id) => {
-    const link = open(id);
+  intercept(host, (id) => {
     const seen = [];
     got.set(id, seen);
     return {
-      get id() {
-        return link.id;
-      },
-      call: (...a) => link.call(...a),
-      close: (...a) => link.close(...a),
-      async subscribe(signal) {
-        const sub = await link.subscribe(signal);
-        const put = sub.queue.put.bind(sub.queue);
-        sub.queue.put = (n) => {
-          seen.push(n);
-          return put(n);
-        };
-        return sub;
+      deliver(n, put) {
+        seen.push(n);
+        return put(n);
       },
     };
-  };
+  });
   return got;
 }
 

@@ -111,3 +111,32 @@ export function checkLeaks() {
     assert.deepEqual(now, before, "handles left open after the tests");
   });
 }
+
+/**
+ * Fault injection between the runtime and a real bus: the sessions the
+ * host opens from now on go through wrap(id), which may replace `call`
+ * (method, params, signal, next) and `deliver` (notification, next), the
+ * handing of each received notification to the subscription's queue.
+ */
+export function intercept(host, wrap) {
+  const open = host.bus.session.bind(host.bus);
+  host.bus.session = (id) => {
+    const link = open(id);
+    const { call, deliver } = wrap(id) ?? {};
+    return {
+      get id() {
+        return link.id;
+      },
+      close: (...a) => link.close(...a),
+      call: call ? (method, params, signal) => call(method, params, signal, () => link.call(method, params, signal)) : (...a) => link.call(...a),
+      async subscribe(signal) {
+        const sub = await link.subscribe(signal);
+        if (deliver) {
+          const put = sub.queue.put.bind(sub.queue);
+          sub.queue.put = (n) => deliver(n, put);
+        }
+        return sub;
+      },
+    };
+  };
+}
