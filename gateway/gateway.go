@@ -175,6 +175,18 @@ type sub struct {
 	lag  bool
 }
 
+// lagged tells the waiter to read its task again: an event for it was
+// dropped, or events may have been lost.
+func (s *sub) lagged() {
+	s.mu.Lock()
+	s.lag = true
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
 func (g *Gateway) subscribe(taskID string) (*sub, func()) {
 	return g.subscribeAfter(nil, taskID)
 }
@@ -241,13 +253,7 @@ func (g *Gateway) deliver(ev *wire.TaskEvent) {
 		select {
 		case s.c <- ev:
 		default:
-			s.mu.Lock()
-			s.lag = true
-			s.mu.Unlock()
-			select {
-			case s.kick <- struct{}{}:
-			default:
-			}
+			s.lagged()
 		}
 	}
 }
@@ -258,13 +264,7 @@ func (g *Gateway) lagAll() {
 	defer g.mu.Unlock()
 	for _, subs := range g.subs {
 		for s := range subs {
-			s.mu.Lock()
-			s.lag = true
-			s.mu.Unlock()
-			select {
-			case s.kick <- struct{}{}:
-			default:
-			}
+			s.lagged()
 		}
 	}
 }
