@@ -64,11 +64,7 @@ func TestAnOfficialA2AClientReachesADelegateThroughServe(t *testing.T) {
 	h := joinHost(t, s)
 	d := spawn(t, h, "chat-1", "scribe")
 
-	hc := &http.Client{Transport: bearer{s.a2aToken}}
-	card, err := agentcard.NewResolver(hc).Resolve(gwCtx(t), s.a2aURL+"/agents/"+d.ID())
-	require.NoError(t, err)
-	c, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc))
-	require.NoError(t, err)
+	c, _ := gatewayClient(t, s, d.ID())
 	defer c.Destroy()
 
 	worked := make(chan error, 1)
@@ -164,11 +160,7 @@ func TestAnOfficialA2AClientCancelsAndResubscribesThroughServe(t *testing.T) {
 	s := startSidecar(t, "--a2a-listen", "127.0.0.1:0")
 	h := joinHost(t, s)
 	d := spawn(t, h, "chat-1", "scribe")
-	hc := &http.Client{Transport: bearer{s.a2aToken}}
-	card, err := agentcard.NewResolver(hc).Resolve(gwCtx(t), s.a2aURL+"/agents/"+d.ID())
-	require.NoError(t, err)
-	c, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc))
-	require.NoError(t, err)
+	c, hc := gatewayClient(t, s, d.ID())
 	defer c.Destroy()
 
 	res, err := c.SendMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("take seat 2")), Config: &a2a.SendMessageConfig{ReturnImmediately: true}})
@@ -238,11 +230,7 @@ func TestTheGatewaysTasksOutliveARestart(t *testing.T) {
 			s := startSidecar(t, "--a2a-listen", "127.0.0.1:0", "--data-dir", data)
 			h := joinHost(t, s)
 			d := spawn(t, h, "chat-1", "scribe")
-			hc := &http.Client{Transport: bearer{s.a2aToken}}
-			card, err := agentcard.NewResolver(hc).Resolve(gwCtx(t), s.a2aURL+"/agents/"+d.ID())
-			require.NoError(t, err)
-			c, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc))
-			require.NoError(t, err)
+			c, _ := gatewayClient(t, s, d.ID())
 			now := &a2a.SendMessageConfig{ReturnImmediately: true}
 			r1, err := c.SendMessage(gwCtx(t), &a2a.SendMessageRequest{Message: a2a.NewMessage(a2a.MessageRoleUser, a2a.NewTextPart("one")), Config: now})
 			require.NoError(t, err)
@@ -258,13 +246,9 @@ func TestTheGatewaysTasksOutliveARestart(t *testing.T) {
 			<-s.done
 
 			s2 := startSidecar(t, "--a2a-listen", "127.0.0.1:0", "--data-dir", data)
-			hc2 := &http.Client{Transport: bearer{s2.a2aToken}}
 			h2 := joinHost(t, s2)
 			spawn(t, h2, "chat-1", "scribe")
-			card, err = agentcard.NewResolver(hc2).Resolve(gwCtx(t), s2.a2aURL+"/agents/scribe")
-			require.NoError(t, err)
-			c2, err := a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc2))
-			require.NoError(t, err)
+			c2, _ := gatewayClient(t, s2, "scribe")
 			defer c2.Destroy()
 			got, err := c2.GetTask(gwCtx(t), &a2a.GetTaskRequest{ID: a2a.TaskID(done)})
 			require.NoError(t, err, "a finished task's result survives")
@@ -275,4 +259,17 @@ func TestTheGatewaysTasksOutliveARestart(t *testing.T) {
 			assert.Equal(t, a2a.TaskStateWorking, got.Status.State, "the gateway's stop canceled nothing")
 		})
 	}
+}
+
+// gatewayClient resolves an agent's card on the sidecar's gateway and
+// makes an official A2A client for it; hc is the HTTP client with the
+// gateway's token.
+func gatewayClient(t *testing.T, s *sidecar, agentID string) (c *a2aclient.Client, hc *http.Client) {
+	t.Helper()
+	hc = &http.Client{Transport: bearer{s.a2aToken}}
+	card, err := agentcard.NewResolver(hc).Resolve(gwCtx(t), s.a2aURL+"/agents/"+agentID)
+	require.NoError(t, err)
+	c, err = a2aclient.NewFromCard(gwCtx(t), card, a2aclient.WithJSONRPCTransport(hc))
+	require.NoError(t, err)
+	return c, hc
 }
