@@ -1,3 +1,4 @@
+import { A2ABusError } from "./errors.js";
 import { Queue } from "./util.js";
 
 /** A notification as the broker sends it (docs/PROTOCOL.md §5). */
@@ -71,9 +72,9 @@ export function sessionOf(n: Notification): string | undefined {
   return n.params?.recipientContextId || n.params?.contextId;
 }
 
-/** Parses a JSON-RPC response body into its result, or throws its error. */
-export function resultOf(method: string, body: unknown, mkError: (method: string, e: any) => Error): any {
+/** Parses a JSON-RPC response body into its result, or throws its error as an A2ABusError. */
+export function resultOf(method: string, body: unknown): any {
   const r = body as { result?: unknown; error?: { code: number; message: string; data?: any } };
-  if (r && typeof r === "object" && r.error) throw mkError(method, r.error);
+  if (r && typeof r === "object" && r.error) throw new A2ABusError(method, r.error);
   return r?.result;
 }

@@ -79,3 +79,16 @@ export class SettledError extends Error {
 export function isCode(err: unknown, code: Code): boolean {
   return err instanceof A2ABusError && err.code === code;
 }
+
+/**
+ * The broker's -32600 (INVALID_REQUEST), for a request refused before it
+ * is sent because the broker would refuse it without its id.
+ */
+export function invalidRequest(method: string, message: string): A2ABusError {
+  return new A2ABusError(method, { code: Codes.INVALID_REQUEST, message, data: { code: "INVALID_REQUEST" } });
+}
+
+/** The error a request over the message limit gets. */
+export function tooLarge(method: string, size: number, limit: number): A2ABusError {
+  return invalidRequest(method, `the request is ${size} bytes, over the message limit of ${limit} bytes`);
+}

@@ -4,7 +4,7 @@ import { createInterface } from "node:readline";
 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 
-import { A2ABusError, ClosedError, UnavailableError } from "./errors.js";
+import { A2ABusError, ClosedError, UnavailableError, tooLarge } from "./errors.js";
 import { readConnectionFile, type ConnectionInfo } from "./connfile.js";
 import {
   SUBSCRIPTION_QUEUE,
@@ -15,7 +15,6 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
-import { tooLarge } from "./pipe.js";
 import { Queue, raceAbort, sleep, subjectToken } from "./util.js";
 
 export interface NatsOptions {
@@ -202,7 +201,7 @@ export class NatsBus implements Bus {
       }
       throw new UnavailableError(`${method}: ${(err as Error).message}`, { cause: err });
     }
-    return resultOf(method, msg.json(), (m, e) => new A2ABusError(m, e));
+    return resultOf(method, msg.json());
   }
 
   async callHost(method: string, params: object, signal?: AbortSignal): Promise<any> {

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createInterface } from "node:readline";
 
-import { A2ABusError, ClosedError, UnavailableError } from "./errors.js";
+import { ClosedError, UnavailableError, invalidRequest, tooLarge } from "./errors.js";
 import {
   SUBSCRIPTION_QUEUE,
   resultOf,
@@ -143,7 +143,7 @@ export class PipeBus implements Bus {
       if (!p) return; // a call given up on
       this.pending.delete(msg.id);
       try {
-        p.resolve(resultOf(p.method, msg, (m, e) => new A2ABusError(m, e)));
+        p.resolve(resultOf(p.method, msg));
       } catch (err) {
         p.reject(err as Error);
       }
@@ -186,11 +186,7 @@ export class PipeBus implements Bus {
     }
     if (nestedDeeper(line, MAX_DEPTH)) {
       // Refused likewise with "id": null (docs/PROTOCOL.md §11).
-      throw new A2ABusError(method, {
-        code: -32600,
-        message: `message nests arrays and objects deeper than ${MAX_DEPTH} levels`,
-        data: { code: "INVALID_REQUEST" },
-      });
+      throw invalidRequest(method, `message nests arrays and objects deeper than ${MAX_DEPTH} levels`);
     }
     const child = await this.live(method, signal);
     return new Promise((resolve, reject) => {
@@ -313,14 +309,6 @@ function nestedDeeper(json: string, limit: number): boolean {
 /** How long a child must have run for the restart backoff to start over. */
 const STEADY_MS = 5000;
 
-/** The error a request over the message limit gets: the broker's own (-32600). */
-export function tooLarge(method: string, size: number, limit: number): A2ABusError {
-  return new A2ABusError(method, {
-    code: -32600,
-    message: `the request is ${size} bytes, over the message limit of ${limit} bytes`,
-    data: { code: "INVALID_REQUEST" },
-  });
-}
 
 class PipeSession implements SessionLink {
   private closed = false;

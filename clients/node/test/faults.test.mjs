@@ -8,7 +8,7 @@ import { createInterface } from "node:readline";
 import { join } from "node:path";
 
 import { Host, UnavailableError } from "../dist/index.js";
-import { BUSES, binary, next, openHost, quietFor, tempDir, text, untilFinal, checkLeaks, intercept } from "../testkit/helpers.mjs";
+import { BUSES, binary, next, openHost, quietFor, tempDir, text, untilFinal, checkLeaks, intercept, askerAndWorker } from "../testkit/helpers.mjs";
 
 /** Loses the next `plan.drop` notifications for `plan.recipient` in session s1. */
 function losing(host, plan) {
@@ -33,10 +33,7 @@ for (const bus of BUSES) {
     const host = await openHost(t, bus);
     const plan = { recipient: "asker", drop: 0, lost: [] };
     losing(host, plan);
-    const asker = await (await host.session("s1")).spawn({ name: "asker" });
-    const worker = await (await host.session("s2")).spawn({ name: "worker" });
-    const task = await asker.send("worker", text("job"));
-    await next(worker);
+    const { asker, worker, task } = await askerAndWorker(host);
 
     // The only event the asker will get is lost on the way: no later
     // event shows a seq gap, so only the runtime's polling finds it.
@@ -55,10 +52,7 @@ for (const bus of BUSES) {
     const host = await openHost(t, bus, { pollMs: 60_000 }); // no polling: the gap alone must tell
     const plan = { recipient: "asker", drop: 0, lost: [] };
     losing(host, plan);
-    const asker = await (await host.session("s1")).spawn({ name: "asker" });
-    const worker = await (await host.session("s2")).spawn({ name: "worker" });
-    const task = await asker.send("worker", text("job"));
-    await next(worker);
+    const { asker, worker, task } = await askerAndWorker(host);
     plan.drop = 2;
     await worker.update(task.id, "working", { message: text("1") });
     await worker.reply(task.id, text("2"));
@@ -105,10 +99,7 @@ for (const bus of BUSES) {
 
   test(`TestWaitingDelegateWakesAcrossABrokerRestart [${bus}]`, async (t) => {
     const host = await openHost(t, bus, { dataDir: tempDir(t) });
-    const asker = await (await host.session("s1")).spawn({ name: "asker" });
-    const worker = await (await host.session("s2")).spawn({ name: "worker" });
-    const task = await asker.send("worker", text("job"));
-    await next(worker);
+    const { asker, worker, task } = await askerAndWorker(host);
     const waiting = untilFinal(asker, task.id);
 
     // The broker dies under the waiting delegate; the host starts it
@@ -168,10 +159,7 @@ test("TestAHostRejoinsARestartedSidecar [nats]", async (t) => {
   const host = await Host.open({ bus: "nats", connectionFile: path, pollMs: 200, callTimeoutMs: 10_000 });
   t.after(() => host.close());
   assert.equal(host.brokerPid, broker.pid);
-  const asker = await (await host.session("s1")).spawn({ name: "asker" });
-  const worker = await (await host.session("s2")).spawn({ name: "worker" });
-  const task = await asker.send("worker", text("job"));
-  await next(worker);
+  const { asker, worker, task } = await askerAndWorker(host);
   const waiting = untilFinal(asker, task.id);
 
   broker.kill("SIGKILL");

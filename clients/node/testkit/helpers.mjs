@@ -140,3 +140,15 @@ export function intercept(host, wrap) {
     };
   };
 }
+
+/**
+ * The scene most fault tests start from: an asker in session s1 has sent
+ * a job to a worker in session s2, which has heard of it.
+ */
+export async function askerAndWorker(host) {
+  const asker = await (await host.session("s1")).spawn({ name: "asker" });
+  const worker = await (await host.session("s2")).spawn({ name: "worker" });
+  const task = await asker.send("worker", text("job"));
+  await next(worker);
+  return { asker, worker, task };
+}
