@@ -132,8 +132,10 @@ const (
 )
 
 // compare sets res's ratio to base. A bound > 0 makes it a target: at
-// least bound for throughput, at most bound otherwise.
+// least bound for throughput, at most bound otherwise. It replaces any
+// comparison res had, so that a result can be added once per base.
 func (res *Result) compare(base Result, how comparison, bound float64) {
+	res.Ratio, res.Against, res.Target, res.Goal, res.Met = 0, "", "", 0, nil
 	var a, b float64
 	switch how {
 	case throughput:
@@ -257,10 +259,19 @@ func (r *runner) roundTrips() {
 		if !strings.HasPrefix(k.name, "nats") {
 			continue
 		}
-		rawPush := r.run("nats", fmt.Sprintf("limit: %d senders' pushes bare, nats.go %s", pushSenders, map[bool]string{false: "in-process", true: "over TCP"}[tcp]), rawPushes(tcp, pushSenders))
+		// Each delegate's session has a connection of its own, so the
+		// limit is the bare exchange with a connection per sender. The
+		// same exchange on one shared connection, whose concurrent
+		// requests share writes, stands beside it for comparison.
+		where := map[bool]string{false: "in-process", true: "over TCP"}[tcp]
+		rawPush := r.run("nats", fmt.Sprintf("limit: %d senders' pushes bare, a connection each, nats.go %s", pushSenders, where), rawPushes(tcp, pushSenders, false))
 		r.add(rawPush)
+		rawShared := r.run("nats", fmt.Sprintf("%d senders' pushes bare on one shared connection, nats.go %s", pushSenders, where), rawPushes(tcp, pushSenders, true))
+		r.add(rawShared)
 		push := r.run(k.name, fmt.Sprintf("oneway pushes, %d senders", pushSenders), onBus(k, func(b *testing.B, h bustest.Harness) { brokertest.BenchmarkPushes(b, h, pushSenders) }))
 		push.compare(rawPush, throughput, map[bool]float64{true: 0.9}[tcp])
+		r.add(push)
+		push.compare(rawShared, throughput, 0)
 		r.add(push)
 		dur := r.run(k.name, "round trip, durable store", onBus(k, func(b *testing.B, h bustest.Harness) {
 			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})

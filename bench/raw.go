@@ -67,35 +67,50 @@ func benchRawPipe(b *testing.B, decode bool) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
 
-// natsPair returns a publisher and a subscriber connection to a fresh
-// embedded server, in-process or over TCP.
-func natsPair(b *testing.B, tcp bool) (pub, sub *nats.Conn, undo func()) {
+// natsConns starts a fresh embedded server and returns a maker of
+// connections to it. A connection on the broker's side is in-process, as
+// the broker's own are; a client's is over TCP with tcp and in-process
+// otherwise. undo closes every connection made and then the server.
+func natsConns(b *testing.B, tcp bool) (conn func(brokerSide bool) *nats.Conn, undo func()) {
 	bus, err := natsbus.New(natsbus.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := bus.Server()
-	conn := func() *nats.Conn {
+	var made []*nats.Conn
+	conn = func(brokerSide bool) *nats.Conn {
 		opts := []nats.Option{nats.Token(srv.Token())}
-		if !tcp {
+		if brokerSide || !tcp {
 			opts = append(opts, nats.InProcessServer(srv))
 		}
 		nc, err := nats.Connect(srv.URL(), opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
+		made = append(made, nc)
 		return nc
 	}
-	pub, sub = conn(), conn()
-	return pub, sub, func() { pub.Close(); sub.Close(); bus.Close() }
+	return conn, func() {
+		for _, nc := range made {
+			nc.Close()
+		}
+		bus.Close()
+	}
 }
+
+// The two sides of a connection from natsConns.
+const (
+	clientSide = false
+	brokerSide = true
+)
 
 // rawNATS carries the same bytes with nats.go publish/subscribe (and
 // decodes them, with decode).
 func rawNATS(tcp, decode bool) func(b *testing.B) {
 	return func(b *testing.B) {
-		pub, sub, undo := natsPair(b, tcp)
+		conn, undo := natsConns(b, tcp)
 		defer undo()
+		pub, sub := conn(brokerSide), conn(clientSide)
 		msg := bustest.SampleEvent("bench", 1)
 		credits := bustest.NewCredits()
 		s, err := sub.Subscribe("a2a.session.bench.events", func(m *nats.Msg) {
@@ -129,8 +144,9 @@ func rawNATS(tcp, decode bool) func(b *testing.B) {
 // rawRequestReply measures nats.go request/reply with an echo responder.
 func rawRequestReply(tcp bool) func(b *testing.B) {
 	return func(b *testing.B) {
-		pub, sub, undo := natsPair(b, tcp)
+		conn, undo := natsConns(b, tcp)
 		defer undo()
+		pub, sub := conn(clientSide), conn(brokerSide)
 		s, err := sub.Subscribe("raw.echo", func(m *nats.Msg) { m.Respond(m.Data) })
 		if err != nil {
 			b.Fatal(err)
@@ -159,11 +175,13 @@ func rawRequestReply(tcp bool) func(b *testing.B) {
 // send's size, answered with a task's size) and the responder publishes
 // the created event to the assignee; the assignee sends an update,
 // answered likewise, and the responder publishes the final event to the
-// requester.
+// requester. The requester and the assignee each have a connection, as
+// their sessions have through the broker.
 func rawExchange(tcp bool) func(b *testing.B) {
 	return func(b *testing.B) {
-		pub, sub, undo := natsPair(b, tcp)
+		conn, undo := natsConns(b, tcp)
 		defer undo()
+		requester, assignee, sub := conn(clientSide), conn(clientSide), conn(brokerSide)
 		event := bustest.SampleEvent("bench", 1)
 		answer := event[:len(event)*3/4] // a task's size
 		responder := func(subject, notify string) {
@@ -178,16 +196,17 @@ func rawExchange(tcp bool) func(b *testing.B) {
 		}
 		responder("raw.send", "raw.events.assignee")
 		responder("raw.update", "raw.events.requester")
-		toAssignee, err := pub.SubscribeSync("raw.events.assignee")
+		toAssignee, err := assignee.SubscribeSync("raw.events.assignee")
 		if err != nil {
 			b.Fatal(err)
 		}
-		toRequester, err := pub.SubscribeSync("raw.events.requester")
+		toRequester, err := requester.SubscribeSync("raw.events.requester")
 		if err != nil {
 			b.Fatal(err)
 		}
 		sub.Flush()
-		pub.Flush()
+		requester.Flush()
+		assignee.Flush()
 		send := []byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.message.send","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","to":"assignee","message":{"role":"user","parts":[{"kind":"text","text":"take seat 2?"}]}}}`)
 		update := []byte(`{"jsonrpc":"2.0","id":2,"method":"a2a.tasks.update","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","taskId":"01929c6e-7f7c-7a10-9c7b-3f2f0a4d5e6f","state":"completed"}}`)
 		lat := make([]time.Duration, 0, b.N)
@@ -195,13 +214,13 @@ func rawExchange(tcp bool) func(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			start := time.Now()
-			if _, err := pub.Request("raw.send", send, 5*time.Second); err != nil {
+			if _, err := requester.Request("raw.send", send, 5*time.Second); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := toAssignee.NextMsg(5 * time.Second); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := pub.Request("raw.update", update, 5*time.Second); err != nil {
+			if _, err := assignee.Request("raw.update", update, 5*time.Second); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := toRequester.NextMsg(5 * time.Second); err != nil {
@@ -214,13 +233,26 @@ func rawExchange(tcp bool) func(b *testing.B) {
 	}
 }
 
-// rawPushes is the bare exchange of a push: senders connections each
-// send a request of a push's size to a responder that answers it and
-// publishes an event of a push's size to the receiver's subscription.
-func rawPushes(tcp bool, senders int) func(b *testing.B) {
+// rawPushes is the bare exchange of a push: senders send a request of a
+// push's size to a responder that answers it and publishes an event of a
+// push's size to a receiver's subscription. With shared, every sender
+// and the receiver use one connection, so concurrent requests share its
+// writes; otherwise each sender has a connection of its own and the
+// receiver another, as each delegate's session has through the broker.
+// The responder is on the broker's side.
+func rawPushes(tcp bool, senders int, shared bool) func(b *testing.B) {
 	return func(b *testing.B) {
-		pub, sub, undo := natsPair(b, tcp)
+		conn, undo := natsConns(b, tcp)
 		defer undo()
+		sub, recv := conn(brokerSide), conn(clientSide)
+		pubs := make([]*nats.Conn, senders)
+		for i := range pubs {
+			if shared {
+				pubs[i] = recv
+			} else {
+				pubs[i] = conn(clientSide)
+			}
+		}
 		event := bustest.SampleEvent("bench", 1)[:400] // a push's size
 		answer := []byte(`{"jsonrpc":"2.0","id":1,"result":{"delivered":"receiver"}}`)
 		s, err := sub.Subscribe("raw.push", func(m *nats.Msg) {
@@ -232,13 +264,13 @@ func rawPushes(tcp bool, senders int) func(b *testing.B) {
 		}
 		defer s.Unsubscribe()
 		received := make(chan struct{}, 1024)
-		r, err := pub.Subscribe("raw.events.receiver", func(*nats.Msg) { received <- struct{}{} })
+		r, err := recv.Subscribe("raw.events.receiver", func(*nats.Msg) { received <- struct{}{} })
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer r.Unsubscribe()
 		sub.Flush()
-		pub.Flush()
+		recv.Flush()
 		push := []byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.message.send","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","to":"receiver","oneway":true,"message":{"role":"user","parts":[{"kind":"text","text":"seat 2 is taken"}]}}}`)
 		var next atomic.Int64
 		done := make(chan struct{})
@@ -251,7 +283,7 @@ func rawPushes(tcp bool, senders int) func(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		var wg sync.WaitGroup
-		for range senders {
+		for _, pub := range pubs {
 			wg.Go(func() {
 				for next.Add(1) <= int64(b.N) {
 					if _, err := pub.Request("raw.push", push, 5*time.Second); err != nil {
