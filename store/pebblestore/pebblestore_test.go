@@ -21,6 +21,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/store/pebblestore"
 	"github.com/a2a-bus/a2a-bus/store/storetest"
+	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -221,19 +222,25 @@ func BenchmarkCreate(b *testing.B) {
 	}
 }
 
-// gatedFS holds every sync of the write-ahead log until the test lets it
-// go, and says when one starts.
+// gatedFS holds a sync of the files whose names end in suffix (the
+// write-ahead log's, ".log", unless told otherwise) until the test lets
+// it go, and says when one starts.
 type gatedFS struct {
 	vfs.FS
-	armed   atomic.Bool // the next log sync is held
+	suffix  string
+	armed   atomic.Bool // the next sync is held
 	syncing chan struct{}
 	release chan struct{}
 	stop    chan struct{} // closed when the test ends: nothing is held
-	fail    atomic.Bool   // every log sync fails
+	fail    atomic.Bool   // every sync fails
+}
+
+func newGatedFS(suffix string) *gatedFS {
+	return &gatedFS{FS: vfs.Default, suffix: suffix, syncing: make(chan struct{}), release: make(chan struct{}), stop: make(chan struct{})}
 }
 
 func (fs *gatedFS) wrap(f vfs.File, name string, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
+	if err != nil || !strings.HasSuffix(name, fs.suffix) {
 		return f, err
 	}
 	return &gatedFile{File: f, fs: fs}, nil
@@ -283,7 +290,7 @@ func (f *gatedFile) SyncData() error {
 // synced log from the page cache. Here the log's sync is held: the
 // change is not acknowledged until the sync that follows it is done.
 func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
-	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{}), stop: make(chan struct{})}
+	fs := newGatedFS(".log")
 	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
 	require.NoError(t, err)
 	defer s.Close()
@@ -312,7 +319,7 @@ func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
 // disk is unknown: the change is not acknowledged, and neither is any
 // later one.
 func TestAFailedSyncFailsTheStore(t *testing.T) {
-	fs := &gatedFS{FS: vfs.Default, syncing: make(chan struct{}), release: make(chan struct{}), stop: make(chan struct{})}
+	fs := newGatedFS(".log")
 	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -325,6 +332,88 @@ func TestAFailedSyncFailsTheStore(t *testing.T) {
 	_, err = s.Update(ctx, "t1", func(*store.Record) error { return nil })
 	assert.Error(t, err)
 	s.Close() // Pebble may report the failed log at close too
+}
+
+// TestCommitsGoOnWhileACompactionRuns: compaction is online. A
+// compaction whose new table cannot reach the disk (its sync is held)
+// holds up no change: creates, updates and reads are answered meanwhile,
+// and the compaction ends once the disk lets it.
+func TestCommitsGoOnWhileACompactionRuns(t *testing.T) {
+	fs := newGatedFS(".sst")
+	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	defer s.Close()
+	defer close(fs.stop) // before the close, even when the test fails
+	ctx := context.Background()
+	// Two overlapping tables in level 0 and an empty memtable: the
+	// compaction has work, and nothing waits to be flushed.
+	n := 0
+	create := func(count int) {
+		for range count {
+			n++
+			require.NoError(t, s.Create(ctx, storetest.NewRecord(fmt.Sprintf("t%05d", n), fmt.Sprint("c", n%7), "a", "b", n), 0))
+		}
+	}
+	create(200)
+	require.NoError(t, pebblestore.Flush(s))
+	for i := 1; i <= 200; i += 2 {
+		_, err := s.Update(ctx, fmt.Sprintf("t%05d", i), func(r *store.Record) error {
+			r.Task.Status.State = wire.StateCompleted
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.NoError(t, pebblestore.Flush(s))
+	before := pebblestore.Compactions(s)
+
+	fs.armed.Store(true)
+	compacted := make(chan error, 1)
+	go func() { compacted <- pebblestore.Compact(s) }()
+	select {
+	case <-fs.syncing:
+	case err := <-compacted:
+		t.Fatalf("the compaction ended (%v) without syncing a table", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the compaction never synced a table")
+	}
+	// The compaction is held at its table's sync. Changes go on.
+	changed := make(chan error, 1)
+	go func() {
+		changed <- func() error {
+			for i := range 50 {
+				if err := s.Create(ctx, storetest.NewRecord(fmt.Sprintf("u%05d", i), "c", "a", "b", i), 0); err != nil {
+					return err
+				}
+				if _, err := s.Update(ctx, fmt.Sprintf("t%05d", 2*i+2), func(r *store.Record) error {
+					r.Task.Status.State = wire.StateWorking
+					return nil
+				}); err != nil {
+					return err
+				}
+			}
+			_, _, err := s.List(ctx, store.Query{Instance: "a"})
+			return err
+		}()
+	}()
+	select {
+	case err := <-changed:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("changes stalled behind a compaction")
+	}
+	select {
+	case err := <-compacted:
+		t.Fatalf("the compaction ended (%v) while its table's sync was held", err)
+	default:
+	}
+	close(fs.release)
+	require.NoError(t, <-compacted)
+	assert.Greater(t, pebblestore.Compactions(s), before, "a compaction ran")
+	for _, id := range []string{"t00001", "t00002", "u00049"} {
+		got, err := s.Get(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, id, got.Task.ID)
+	}
 }
 
 // quiet is a Pebble logger for the tests' own Pebble.
