@@ -116,14 +116,6 @@ func (b *Broker) sweepSessions() {
 	}
 }
 
-// notification is the encoded shape of every notification; params is
-// encoded in the same pass.
-type notification struct {
-	JSONRPC string `json:"jsonrpc"`
-	Method  string `json:"method"`
-	Params  any    `json:"params"`
-}
-
 // errTooLarge: a notification would not fit the bus's payload limit.
 var errTooLarge = errors.New("notification over the payload limit")
 
@@ -144,7 +136,7 @@ func (b *Broker) emit(recipient, session, fromSession, method string, params fun
 		Seq:                s.seq + 1,
 		Epoch:              b.epoch,
 	}
-	msg, err := json.Marshal(notification{JSONRPC: wire.Version, Method: method, Params: params(head)})
+	msg, err := wire.MarshalNotification(method, params(head))
 	if err != nil {
 		// Every field was validated on the way in; this is a bug.
 		b.log.Error("encode notification", "method", method, "error", err)

@@ -288,7 +288,7 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		SendDigest:        k.digest,
 	}
 	// The task's JSON is its size and its answer: encoded once.
-	taskJSON, err := json.Marshal(&rec.Task)
+	taskJSON, err := wire.Marshal(&rec.Task)
 	if err != nil {
 		return nil, wire.ErrInternal.Withf("cannot encode the task")
 	}
@@ -321,7 +321,7 @@ func (b *Broker) changeTime(r *store.Record) wire.Time {
 }
 
 // taskResult is a TaskResult around a task already encoded: the bytes
-// json.Marshal(wire.TaskResult{Task: t}) makes.
+// wire.Marshal(wire.TaskResult{Task: t}) makes.
 func taskResult(taskJSON []byte) json.RawMessage {
 	out := make([]byte, 0, len(taskJSON)+10)
 	out = append(out, `{"task":`...)

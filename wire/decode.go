@@ -27,8 +27,11 @@ import (
 // first and let a repeated null leave the first value. Every check that
 // reads a member reads it through here, so all see the same value.
 //
-// Encoding stays with encoding/json: its output is what the protocol's
-// size limits are measured on.
+// Encoding stays encoding/json's, byte for byte: its output is what the
+// protocol's size limits are measured on. Marshal writes the hot types by
+// hand to exactly those bytes. github.com/go-json-experiment/json, told
+// to write what encoding/json writes, took about 10 % longer than
+// encoding/json on a task event.
 func Unmarshal(data []byte, v any) error {
 	return jsonv2.Unmarshal(data, v, decodeOptions)
 }

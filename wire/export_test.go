@@ -5,3 +5,6 @@ var (
 	Codes  = codes
 	States = states
 )
+
+// AppendTime is the encoder's time writer.
+var AppendTime = appendTime

@@ -294,23 +294,32 @@ func marshalParams(params any) (json.RawMessage, error) {
 // EncodeResult encodes a successful response. id is the request's raw id
 // (nil: null); a raw result is sent as it is.
 func EncodeResult(id json.RawMessage, result any) ([]byte, error) {
-	r, ok := result.(json.RawMessage)
-	if !ok {
-		b, err := json.Marshal(result)
-		if err != nil {
-			return nil, err
-		}
-		r = b
-	}
 	if id == nil {
 		id = null
 	}
-	b := make([]byte, 0, len(r)+len(id)+32)
-	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = append(b, id...)
-	b = append(b, `,"result":`...)
-	b = append(b, r...)
-	return append(b, '}'), nil
+	e := encoders.Get().(*encoder)
+	defer e.release()
+	e.name(`{"jsonrpc":"2.0","id":`)
+	e.b = append(e.b, id...)
+	e.name(`,"result":`)
+	switch r := result.(type) {
+	case json.RawMessage:
+		e.b = append(e.b, r...)
+	default:
+		if !e.value(result) {
+			b, err := json.Marshal(result)
+			if err != nil {
+				return nil, err
+			}
+			e.b = append(e.b, b...)
+		}
+		if e.failed {
+			_, err := json.Marshal(result)
+			return nil, err
+		}
+	}
+	e.b = append(e.b, '}')
+	return bytes.Clone(e.b), nil
 }
 
 // ErrNotResponse is returned by DecodeResponse for a message that is not a

@@ -1,0 +1,416 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Marshal encodes v exactly as json.Marshal does, byte for byte. A task,
+// a task result and the two notifications' params, which the broker
+// encodes on every send, update and event, are written by hand: a third
+// of json.Marshal's time, with one allocation (the result) instead of one
+// per timestamp and one for the result. Anything else, and any
+// value json.Marshal would refuse, goes to json.Marshal itself.
+// FuzzMarshalIsJSONMarshal holds the two to the same bytes.
+func Marshal(v any) ([]byte, error) {
+	e := encoders.Get().(*encoder)
+	defer e.release()
+	if !e.value(v) {
+		return json.Marshal(v)
+	}
+	if e.failed {
+		// A raw member that is not JSON: json.Marshal's own error.
+		return json.Marshal(v)
+	}
+	return bytes.Clone(e.b), nil
+}
+
+// MarshalNotification encodes a JSON-RPC notification of method with
+// params, as json.Marshal encodes {"jsonrpc":"2.0","method":…,"params":…}.
+func MarshalNotification(method string, params any) ([]byte, error) {
+	e := encoders.Get().(*encoder)
+	defer e.release()
+	e.name(`{"jsonrpc":"2.0","method":`)
+	e.str(method)
+	e.name(`,"params":`)
+	if !e.value(params) {
+		p, err := json.Marshal(params)
+		if err != nil {
+			return nil, err
+		}
+		e.b = append(e.b, p...)
+	}
+	if e.failed {
+		_, err := json.Marshal(params)
+		return nil, err
+	}
+	e.b = append(e.b, '}')
+	return bytes.Clone(e.b), nil
+}
+
+// value appends v if it is of a type written by hand, and reports
+// whether it was.
+func (e *encoder) value(v any) bool {
+	switch v := v.(type) {
+	case *Task:
+		e.task(v)
+	case *TaskResult:
+		e.taskResult(v)
+	case TaskResult:
+		e.taskResult(&v)
+	case *TaskEvent:
+		e.taskEvent(v)
+	case *Push:
+		e.push(v)
+	default:
+		return false
+	}
+	return true
+}
+
+// encoders keeps encoders whose buffers have grown to what a task
+// takes, so that an encode allocates only its result.
+var encoders = sync.Pool{New: func() any { return &encoder{b: make([]byte, 0, 1024)} }}
+
+// release empties e and keeps it for the next encode, unless its buffer
+// grew past what most tasks take.
+func (e *encoder) release() {
+	if cap(e.b) > 64<<10 {
+		return
+	}
+	e.b, e.failed = e.b[:0], false
+	encoders.Put(e)
+}
+
+// encoder appends JSON as encoding/json writes it: members in field
+// order, omitempty as it means it, strings escaped for HTML, raw members
+// compacted.
+type encoder struct {
+	b      []byte
+	failed bool // a raw member was not valid JSON
+}
+
+func (e *encoder) name(n string) { e.b = append(e.b, n...) }
+
+func (e *encoder) str(s string) { e.b = appendString(e.b, s) }
+
+func (e *encoder) time(t Time) {
+	e.b = append(e.b, '"')
+	e.b = appendTime(e.b, t.Time)
+	e.b = append(e.b, '"')
+}
+
+// appendTime appends t.UTC().AppendFormat(b, TimeFormat): by hand for
+// the years 0 to 9999, where the layout's parse is most of the cost.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, TimeFormat)
+	}
+	hour, min, sec := t.Clock()
+	ms := t.Nanosecond() / 1e6 // the layout's .000 truncates
+	b = append(b, byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
+		byte('0'+month/10), byte('0'+month%10), '-', byte('0'+day/10), byte('0'+day%10), 'T',
+		byte('0'+hour/10), byte('0'+hour%10), ':', byte('0'+min/10), byte('0'+min%10), ':',
+		byte('0'+sec/10), byte('0'+sec%10), '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+	return b
+}
+
+// raw appends a json.RawMessage as json.Marshal does: compacted, with <,
+// >, &, U+2028 and U+2029 escaped; empty is null.
+func (e *encoder) raw(m json.RawMessage) {
+	if len(m) == 0 {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, m); err != nil {
+		e.failed = true
+		return
+	}
+	var h bytes.Buffer
+	json.HTMLEscape(&h, c.Bytes())
+	e.b = append(e.b, h.Bytes()...)
+}
+
+func (e *encoder) task(t *Task) {
+	if t == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.name(`{"id":`)
+	e.str(t.ID)
+	e.name(`,"contextId":`)
+	e.str(t.ContextID)
+	e.name(`,"requesterName":`)
+	e.str(t.RequesterName)
+	e.name(`,"agentName":`)
+	e.str(t.AgentName)
+	e.name(`,"agentContextId":`)
+	e.str(t.AgentContextID)
+	e.name(`,"status":{"state":`)
+	e.str(string(t.Status.State))
+	e.name(`,"timestamp":`)
+	e.time(t.Status.Timestamp)
+	if t.Status.Message != nil {
+		e.name(`,"message":`)
+		e.message(t.Status.Message)
+	}
+	e.b = append(e.b, '}')
+	if len(t.History) > 0 {
+		e.name(`,"history":[`)
+		for i := range t.History {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.message(&t.History[i])
+		}
+		e.b = append(e.b, ']')
+	}
+	e.name(`,"artifacts":`)
+	if t.Artifacts == nil {
+		e.b = append(e.b, "null"...)
+	} else {
+		e.b = append(e.b, '[')
+		for i := range t.Artifacts {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.artifact(&t.Artifacts[i])
+		}
+		e.b = append(e.b, ']')
+	}
+	e.name(`,"createdAt":`)
+	e.time(t.CreatedAt)
+	e.name(`,"updatedAt":`)
+	e.time(t.UpdatedAt)
+	if len(t.Metadata) > 0 {
+		e.name(`,"metadata":`)
+		e.raw(t.Metadata)
+	}
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) taskResult(r *TaskResult) {
+	e.name(`{"task":`)
+	e.task(r.Task)
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) message(m *Message) {
+	if m == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.name(`{"messageId":`)
+	e.str(m.MessageID)
+	if m.Role != "" {
+		e.name(`,"role":`)
+		e.str(string(m.Role))
+	}
+	e.name(`,"parts":`)
+	e.parts(m.Parts)
+	if m.From != "" {
+		e.name(`,"from":`)
+		e.str(m.From)
+	}
+	if m.TaskID != "" {
+		e.name(`,"taskId":`)
+		e.str(m.TaskID)
+	}
+	if m.ContextID != "" {
+		e.name(`,"contextId":`)
+		e.str(m.ContextID)
+	}
+	if len(m.Metadata) > 0 {
+		e.name(`,"metadata":`)
+		e.raw(m.Metadata)
+	}
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) artifact(a *Artifact) {
+	e.name(`{"artifactId":`)
+	e.str(a.ArtifactID)
+	if a.Name != "" {
+		e.name(`,"name":`)
+		e.str(a.Name)
+	}
+	e.name(`,"parts":`)
+	e.parts(a.Parts)
+	if len(a.Metadata) > 0 {
+		e.name(`,"metadata":`)
+		e.raw(a.Metadata)
+	}
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) parts(ps []Part) {
+	if ps == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.b = append(e.b, '[')
+	for i := range ps {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		e.part(&ps[i])
+	}
+	e.b = append(e.b, ']')
+}
+
+func (e *encoder) part(p *Part) {
+	e.name(`{"kind":`)
+	e.str(string(p.Kind))
+	if p.Text != nil {
+		e.name(`,"text":`)
+		e.str(*p.Text)
+	}
+	if len(p.Data) > 0 {
+		e.name(`,"data":`)
+		e.raw(p.Data)
+	}
+	if f := p.File; f != nil {
+		e.name(`,"file":{`)
+		comma := false
+		member := func(n string) {
+			if comma {
+				e.b = append(e.b, ',')
+			}
+			comma = true
+			e.name(n)
+		}
+		if f.Name != "" {
+			member(`"name":`)
+			e.str(f.Name)
+		}
+		if f.MimeType != "" {
+			member(`"mimeType":`)
+			e.str(f.MimeType)
+		}
+		if f.Bytes != nil {
+			member(`"bytes":`)
+			e.str(*f.Bytes)
+		}
+		if f.URI != nil {
+			member(`"uri":`)
+			e.str(*f.URI)
+		}
+		e.b = append(e.b, '}')
+	}
+	if len(p.Metadata) > 0 {
+		e.name(`,"metadata":`)
+		e.raw(p.Metadata)
+	}
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) head(h *EventHead) {
+	e.name(`{"recipient":`)
+	e.str(h.Recipient)
+	e.name(`,"recipientContextId":`)
+	e.str(h.RecipientContextID)
+	e.name(`,"contextId":`)
+	e.str(h.ContextID)
+	e.name(`,"seq":`)
+	e.b = strconv.AppendUint(e.b, h.Seq, 10)
+	e.name(`,"epoch":`)
+	e.str(h.Epoch)
+}
+
+func (e *encoder) taskEvent(v *TaskEvent) {
+	if v == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.head(&v.EventHead)
+	e.name(`,"taskId":`)
+	e.str(v.TaskID)
+	e.name(`,"kind":`)
+	e.str(string(v.Kind))
+	e.name(`,"task":`)
+	e.task(v.Task)
+	if v.Message != nil {
+		e.name(`,"message":`)
+		e.message(v.Message)
+	}
+	e.name(`,"final":`)
+	e.b = strconv.AppendBool(e.b, v.Final)
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) push(v *Push) {
+	if v == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.head(&v.EventHead)
+	e.name(`,"from":`)
+	e.str(v.From)
+	e.name(`,"message":`)
+	e.message(v.Message)
+	e.b = append(e.b, '}')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string as encoding/json does with
+// HTML escaping (its default): ", \ and the control characters escaped
+// (\b \f \n \r \t by name), <, > and & as \u003c \u003e \u0026, U+2028
+// and U+2029 as \u2028 \u2029, and each byte of invalid UTF-8 as \ufffd.
+func appendString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if b := s[i]; b < utf8.RuneSelf {
+			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+				i++
+				continue
+			}
+			dst = append(dst, s[start:i]...)
+			switch b {
+			case '\\', '"':
+				dst = append(dst, '\\', b)
+			case '\b':
+				dst = append(dst, '\\', 'b')
+			case '\f':
+				dst = append(dst, '\\', 'f')
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[b>>4], hexDigits[b&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		c, size := utf8.DecodeRuneInString(s[i:])
+		if c == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if c == '\u2028' || c == '\u2029' {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, '\\', 'u', '2', '0', '2', hexDigits[c&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
