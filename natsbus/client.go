@@ -248,18 +248,12 @@ func (c *Client) request(ctx, scope context.Context, subject, session, method st
 	if len(req) > c.cfg.MaxMessageBytes {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", transport.ErrTooLarge, len(req), c.cfg.MaxMessageBytes)
 	}
-	// End the request when the session or client closes, or the
+	// The request ends when the session or client closes, or the
 	// connection drops.
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(scope, cancel)
-	defer stop()
 	c.mu.Lock()
 	link := c.link
 	c.mu.Unlock()
-	stopLink := context.AfterFunc(link, cancel)
-	defer stopLink()
-	msg, err := c.roundTrip(rctx, subject, session, req)
+	msg, err := c.roundTrip(ctx, scope, link, subject, session, req)
 	switch {
 	case err == nil:
 		return wire.DecodeResult(msg.Data)
@@ -278,25 +272,36 @@ func (c *Client) request(ctx, scope context.Context, subject, session, method st
 	}
 }
 
-// roundTrip sends one request and waits for its reply. The broker answers
-// a session's request only in that session's inbox (_INBOX.<T>.): a
-// session credential's connection has that inbox prefix already; a
-// client that may act for any session (the host's) asks for its reply
-// there through one wildcard subscription of its own.
-func (c *Client) roundTrip(ctx context.Context, subject, session string, data []byte) (*nats.Msg, error) {
-	if session == "" || c.cfg.Session != "" {
-		return c.nc.RequestWithContext(ctx, subject, data)
+// roundTrip sends one request and waits for its reply, until ctx, scope
+// or link ends. The broker answers a session's request only in that
+// session's inbox (_INBOX.<T>.): a session credential's connection may
+// read only there; a client that may act for any session (the host's)
+// reads every session's replies to its own requests through one
+// wildcard subscription. A request of the host's own goes through
+// nats.go's request, in an inbox no session can read.
+func (c *Client) roundTrip(ctx, scope, link context.Context, subject, session string, data []byte) (*nats.Msg, error) {
+	if c.cfg.Session != "" {
+		session = c.cfg.Session
+	}
+	if session == "" {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stop := context.AfterFunc(scope, cancel)
+		defer stop()
+		stopLink := context.AfterFunc(link, cancel)
+		defer stopLink()
+		return c.nc.RequestWithContext(rctx, subject, data)
 	}
 	replies, err := c.replyMux()
 	if err != nil {
 		return nil, err
 	}
-	return replies.request(ctx, c.nc, subject, SessionInbox(session), data)
+	return replies.request(ctx, scope, link, c.nc, subject, SessionInbox(session), data)
 }
 
 func (c *Client) replyMux() (*replyMux, error) {
 	c.muxOnce.Do(func() {
-		c.mux, c.muxErr = newReplyMux(c.nc)
+		c.mux, c.muxErr = newReplyMux(c.nc, c.cfg.Session)
 	})
 	return c.mux, c.muxErr
 }

@@ -2,15 +2,17 @@ package natsbus
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 )
 
-// replyMux receives the replies of one client's requests in any
-// session's inbox, through a single subscription: reply subjects are
-// _INBOX.<T>.<id>.<n>, <id> being the client's and <n> the request's.
+// replyMux receives the replies of one client's requests through a
+// single subscription: reply subjects are _INBOX.<T>.<id>.<n>, <id> being
+// the client's and <n> the request's. A session credential's client
+// reads its own session's inbox, the host's every session's.
 type replyMux struct {
 	id  string
 	sub *nats.Subscription
@@ -20,9 +22,13 @@ type replyMux struct {
 	waiting map[string]chan *nats.Msg
 }
 
-func newReplyMux(nc *nats.Conn) (*replyMux, error) {
+func newReplyMux(nc *nats.Conn, session string) (*replyMux, error) {
 	m := &replyMux{id: nats.NewInbox()[len(nats.InboxPrefix):], waiting: map[string]chan *nats.Msg{}}
-	sub, err := nc.Subscribe(InboxPrefix+"*."+m.id+".*", m.deliver)
+	inbox := InboxPrefix + "*"
+	if session != "" {
+		inbox = SessionInbox(session)
+	}
+	sub, err := nc.Subscribe(inbox+"."+m.id+".*", m.deliver)
 	if err != nil {
 		return nil, err
 	}
@@ -40,9 +46,14 @@ func (m *replyMux) deliver(msg *nats.Msg) {
 	}
 }
 
+// errRequestEnded: the request's scope or link ended before its reply.
+var errRequestEnded = errors.New("natsbus: the request ended")
+
 // request publishes data on subject with a reply subject under inbox and
-// waits for the reply, as nats.Conn.RequestWithContext does.
-func (m *replyMux) request(ctx context.Context, nc *nats.Conn, subject, inbox string, data []byte) (*nats.Msg, error) {
+// waits for the reply, as nats.Conn.RequestWithContext does, until ctx,
+// scope or link ends: selecting on the three costs no context of its
+// own.
+func (m *replyMux) request(ctx, scope, link context.Context, nc *nats.Conn, subject, inbox string, data []byte) (*nats.Msg, error) {
 	ch := make(chan *nats.Msg, 1)
 	m.mu.Lock()
 	m.next++
@@ -67,5 +78,9 @@ func (m *replyMux) request(ctx context.Context, nc *nats.Conn, subject, inbox st
 		return msg, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-scope.Done():
+		return nil, errRequestEnded
+	case <-link.Done():
+		return nil, errRequestEnded
 	}
 }
