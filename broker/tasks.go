@@ -237,13 +237,7 @@ func (b *Broker) tooBig() *wire.Error {
 // jsonLen is the length of v's JSON encoding, as the broker sends it. A
 // task's Size is the sum of its parts' jsonLen: every response and
 // notification that carries the task then fits the payload limit.
-func jsonLen(v any) int {
-	out, err := json.Marshal(v)
-	if err != nil {
-		return 0 // validated on the way in: cannot happen
-	}
-	return len(out)
-}
+func jsonLen(v any) int { return wire.EncodedLen(v) }
 
 // grow adds delta bytes to a task's size, unless that takes it over the
 // task limit (errTooBig).

@@ -10,8 +10,9 @@ import (
 )
 
 // Marshal encodes v exactly as json.Marshal does, byte for byte. A task,
-// a task result and the two notifications' params, which the broker
-// encodes on every send, update and event, are written by hand: a third
+// a task result, the two notifications' params, and a message, status or
+// artifact (whose sizes the broker counts), which the broker encodes on
+// every send, update and event, are written by hand: a third
 // of json.Marshal's time, with one allocation (the result) instead of one
 // per timestamp and one for the result. Anything else, and any
 // value json.Marshal would refuse, goes to json.Marshal itself.
@@ -66,10 +67,31 @@ func (e *encoder) value(v any) bool {
 		e.taskEvent(v)
 	case *Push:
 		e.push(v)
+	case *Message:
+		e.message(v)
+	case *TaskStatus:
+		e.status(v)
+	case *Artifact:
+		e.artifact(v)
 	default:
 		return false
 	}
 	return true
+}
+
+// EncodedLen is len(Marshal(v)), without keeping the bytes: 0 for a
+// value Marshal refuses.
+func EncodedLen(v any) int {
+	e := encoders.Get().(*encoder)
+	defer e.release()
+	if !e.value(v) || e.failed {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return 0
+		}
+		return len(b)
+	}
+	return len(e.b)
 }
 
 // encoders keeps encoders whose buffers have grown to what a task
@@ -153,15 +175,8 @@ func (e *encoder) task(t *Task) {
 	e.str(t.AgentName)
 	e.name(`,"agentContextId":`)
 	e.str(t.AgentContextID)
-	e.name(`,"status":{"state":`)
-	e.str(string(t.Status.State))
-	e.name(`,"timestamp":`)
-	e.time(t.Status.Timestamp)
-	if t.Status.Message != nil {
-		e.name(`,"message":`)
-		e.message(t.Status.Message)
-	}
-	e.b = append(e.b, '}')
+	e.name(`,"status":`)
+	e.status(&t.Status)
 	if len(t.History) > 0 {
 		e.name(`,"history":[`)
 		for i := range t.History {
@@ -192,6 +207,22 @@ func (e *encoder) task(t *Task) {
 	if len(t.Metadata) > 0 {
 		e.name(`,"metadata":`)
 		e.raw(t.Metadata)
+	}
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) status(s *TaskStatus) {
+	if s == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.name(`{"state":`)
+	e.str(string(s.State))
+	e.name(`,"timestamp":`)
+	e.time(s.Timestamp)
+	if s.Message != nil {
+		e.name(`,"message":`)
+		e.message(s.Message)
 	}
 	e.b = append(e.b, '}')
 }
@@ -235,6 +266,10 @@ func (e *encoder) message(m *Message) {
 }
 
 func (e *encoder) artifact(a *Artifact) {
+	if a == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
 	e.name(`{"artifactId":`)
 	e.str(a.ArtifactID)
 	if a.Name != "" {

@@ -124,7 +124,19 @@ func (s *source) head() wire.EventHead {
 
 // value is one of the values Marshal writes by hand.
 func (s *source) value() any {
-	switch s.byte() % 5 {
+	switch s.byte() % 8 {
+	case 5:
+		return s.message()
+	case 6:
+		if !s.bool() {
+			return (*wire.TaskStatus)(nil)
+		}
+		return &wire.TaskStatus{State: wire.State(s.str()), Timestamp: s.time(), Message: s.message()}
+	case 7:
+		if !s.bool() {
+			return (*wire.Artifact)(nil)
+		}
+		return &wire.Artifact{ArtifactID: s.str(), Name: s.str(), Parts: s.parts(), Metadata: s.raw()}
 	case 0:
 		return s.task()
 	case 1:
@@ -152,6 +164,7 @@ func sameAsJSONMarshal(t *testing.T, v any) {
 	got, err := wire.Marshal(v)
 	if wantErr != nil {
 		require.Error(t, err, "json.Marshal refuses %#v", v)
+		assert.Zero(t, wire.EncodedLen(v))
 		_, err = wire.EncodeResult(nil, v)
 		require.Error(t, err)
 		_, err = wire.MarshalNotification(wire.NotifyTaskEvent, v)
@@ -162,6 +175,7 @@ func sameAsJSONMarshal(t *testing.T, v any) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("Marshal differs from json.Marshal:\n got %s\nwant %s", got, want)
 	}
+	assert.Equal(t, len(want), wire.EncodedLen(v))
 	r, err := wire.EncodeResult(json.RawMessage(`7`), v)
 	require.NoError(t, err)
 	assert.Equal(t, `{"jsonrpc":"2.0","id":7,"result":`+string(want)+`}`, string(r))
@@ -215,8 +229,11 @@ func TestMarshalIsJSONMarshal(t *testing.T) {
 		&wire.TaskEvent{EventHead: head, TaskID: "t-1", Kind: wire.EventCreated, Task: task, Message: &msg, Final: true},
 		&wire.TaskEvent{}, (*wire.TaskEvent)(nil),
 		&wire.Push{EventHead: head, From: "asker", Message: &msg}, &wire.Push{}, (*wire.Push)(nil),
+		&msg, &wire.Message{}, (*wire.Message)(nil),
+		&task.Status, &wire.TaskStatus{}, (*wire.TaskStatus)(nil),
+		&task.Artifacts[0], &wire.Artifact{}, (*wire.Artifact)(nil),
 		// Not written by hand: json.Marshal's own.
-		msg, map[string]int{"b": 2, "a": 1}, nil,
+		msg, task.Status, map[string]int{"b": 2, "a": 1}, nil,
 	} {
 		sameAsJSONMarshal(t, v)
 	}
