@@ -44,6 +44,7 @@ type fairQueue struct {
 	closed  bool
 	running int
 	keys    map[string]*fairKey
+	sweepAt int         // a new key sweeps the idle ones when there are this many
 	turn    []*fairKey  // keys with waiting requests, in round-robin order
 	timer   *time.Timer // starts what a rate held back
 	unlimit map[string]bool
@@ -86,7 +87,7 @@ type fairJob struct {
 // newFairQueue returns a queue; the keys in unlimited (the host's) have
 // no rate bound.
 func newFairQueue(lim fairLimits, unlimited ...string) *fairQueue {
-	q := &fairQueue{lim: lim, keys: map[string]*fairKey{}, unlimit: map[string]bool{}, work: make(chan workItem), quit: make(chan struct{})}
+	q := &fairQueue{lim: lim, keys: map[string]*fairKey{}, sweepAt: minSweep, unlimit: map[string]bool{}, work: make(chan workItem), quit: make(chan struct{})}
 	for _, k := range unlimited {
 		q.unlimit[k] = true
 	}
@@ -158,6 +159,9 @@ func (q *fairQueue) submit(key string, size int, run func(serve bool)) error {
 	}
 	k := q.keys[key]
 	if k == nil {
+		if len(q.keys) >= q.sweepAt {
+			q.sweep(time.Now())
+		}
 		k = &fairKey{key: key, rate: rate.NewLimiter(q.lim.rate, q.lim.burst)}
 		if q.unlimit[key] {
 			k.rate = rate.NewLimiter(rate.Inf, 0)
@@ -241,12 +245,24 @@ func (q *fairQueue) done(k *fairKey) {
 	k.running--
 	q.enter(k)
 	q.pump()
-	// An idle key goes once its rate has nothing to remember: a key that
-	// comes back then starts afresh, and one that idles between bursts
-	// does not get a new burst each time.
-	if k.running == 0 && len(k.waiting) == 0 && k.rate.TokensAt(time.Now()) >= float64(k.rate.Burst()) {
-		delete(q.keys, k.key)
+}
+
+// minSweep is the fewest keys at which a new key sweeps the idle ones.
+const minSweep = 64
+
+// sweep forgets the idle keys whose rate has nothing to remember (a full
+// bucket: such a key that comes back starts afresh all the same; one that
+// idles between bursts does not get a new burst each time), and sets the
+// next sweep at twice the keys left: the keys of sessions come and gone
+// are bounded, and a key in use is not made anew for each request.
+// q.mu is held.
+func (q *fairQueue) sweep(now time.Time) {
+	for key, k := range q.keys {
+		if k.running == 0 && len(k.waiting) == 0 && k.rate.TokensAt(now) >= float64(k.rate.Burst()) {
+			delete(q.keys, key)
+		}
 	}
+	q.sweepAt = max(minSweep, 2*len(q.keys))
 }
 
 // pump starts waiting requests while slots are free, one per key per

@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -240,4 +241,58 @@ func TestFairQueue_AHeldBackKeyAlwaysComesBack(t *testing.T) {
 		require.NoError(t, q.submit("s", 1, func(bool) { done.Add(1) }))
 	}
 	require.Eventually(t, func() bool { return done.Load() == n }, 5*time.Second, time.Millisecond, "stranded after %d", done.Load())
+}
+
+// TestIdleKeysAreKeptUntilASweep: a session's key outlives its request
+// (so that a busy session does not make a key per request), and the keys
+// of sessions gone idle are swept once they pile up, except those whose
+// rate still remembers something.
+func TestIdleKeysAreKeptUntilASweep(t *testing.T) {
+	q := newFairQueue(fairLimits{total: 4, perKey: 2, maxWait: 100, maxBytes: 1 << 20, rate: 1000, burst: 10})
+	defer q.close()
+	run := func(key string, took time.Duration) {
+		done := make(chan struct{})
+		require.NoError(t, q.submit(key, 1, func(bool) {
+			time.Sleep(took) // long enough, and the key's bucket is full again when it ends
+			close(done)
+		}))
+		<-done
+		require.Eventually(t, func() bool {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			return q.running == 0
+		}, 5*time.Second, time.Millisecond)
+	}
+	key := func(name string) *fairKey {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.keys[name]
+	}
+	run("s1", 5*time.Millisecond)
+	first := key("s1")
+	require.NotNil(t, first)
+	run("s1", 0)
+	assert.Same(t, first, key("s1"), "the key outlives its requests")
+
+	// Many sessions come and go: their keys stay bounded.
+	for i := range 1000 {
+		run("gone-"+strconv.Itoa(i), 0)
+	}
+	q.mu.Lock()
+	n := len(q.keys)
+	q.mu.Unlock()
+	assert.LessOrEqual(t, n, 4*minSweep, "idle keys are swept")
+
+	// Once every bucket is full again, a sweep forgets every idle key but
+	// one whose rate remembers a burst.
+	time.Sleep(20 * time.Millisecond)
+	run("s1", 0)
+	q.mu.Lock()
+	q.keys["s1"].rate.AllowN(time.Now(), 5) // short of 6 tokens: 6 ms to refill
+	q.sweep(time.Now())
+	_, kept := q.keys["s1"]
+	left := len(q.keys)
+	q.mu.Unlock()
+	assert.True(t, kept, "a key whose rate remembers a burst is kept")
+	assert.Equal(t, 1, left, "every idle key with a full bucket is forgotten")
 }
