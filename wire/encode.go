@@ -20,12 +20,8 @@ import (
 func Marshal(v any) ([]byte, error) {
 	e := encoders.Get().(*encoder)
 	defer e.release()
-	if !e.value(v) {
-		return json.Marshal(v)
-	}
-	if e.failed {
-		// A raw member that is not JSON: json.Marshal's own error.
-		return json.Marshal(v)
+	if err := e.any(v); err != nil {
+		return nil, err
 	}
 	return bytes.Clone(e.b), nil
 }
@@ -35,22 +31,27 @@ func Marshal(v any) ([]byte, error) {
 func MarshalNotification(method string, params any) ([]byte, error) {
 	e := encoders.Get().(*encoder)
 	defer e.release()
-	e.name(`{"jsonrpc":"2.0","method":`)
-	e.str(method)
+	e.field(`{"jsonrpc":"2.0","method":`, method)
 	e.name(`,"params":`)
-	if !e.value(params) {
-		p, err := json.Marshal(params)
-		if err != nil {
-			return nil, err
-		}
-		e.b = append(e.b, p...)
-	}
-	if e.failed {
-		_, err := json.Marshal(params)
+	if err := e.any(params); err != nil {
 		return nil, err
 	}
 	e.b = append(e.b, '}')
 	return bytes.Clone(e.b), nil
+}
+
+// any appends v as json.Marshal writes it: by hand if it is of a type
+// written by hand, else (or if a raw member of it is not JSON) by
+// json.Marshal, whose error it returns.
+func (e *encoder) any(v any) error {
+	start := len(e.b)
+	if e.value(v) && !e.failed {
+		return nil
+	}
+	e.b, e.failed = e.b[:start], false
+	b, err := json.Marshal(v)
+	e.b = append(e.b, b...)
+	return err
 }
 
 // value appends v if it is of a type written by hand, and reports
@@ -84,12 +85,8 @@ func (e *encoder) value(v any) bool {
 func EncodedLen(v any) int {
 	e := encoders.Get().(*encoder)
 	defer e.release()
-	if !e.value(v) || e.failed {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return 0
-		}
-		return len(b)
+	if e.any(v) != nil {
+		return 0
 	}
 	return len(e.b)
 }
@@ -119,6 +116,27 @@ type encoder struct {
 func (e *encoder) name(n string) { e.b = append(e.b, n...) }
 
 func (e *encoder) str(s string) { e.b = appendString(e.b, s) }
+
+// field appends a member name (with its comma and colon) and a string.
+func (e *encoder) field(name, s string) {
+	e.name(name)
+	e.str(s)
+}
+
+// omitEmpty is field for a string member tagged omitempty.
+func (e *encoder) omitEmpty(name, s string) {
+	if s != "" {
+		e.field(name, s)
+	}
+}
+
+// omitEmptyRaw appends a raw member tagged omitempty.
+func (e *encoder) omitEmptyRaw(name string, m json.RawMessage) {
+	if len(m) > 0 {
+		e.name(name)
+		e.raw(m)
+	}
+}
 
 func (e *encoder) time(t Time) {
 	e.b = append(e.b, '"')
@@ -165,16 +183,11 @@ func (e *encoder) task(t *Task) {
 		e.b = append(e.b, "null"...)
 		return
 	}
-	e.name(`{"id":`)
-	e.str(t.ID)
-	e.name(`,"contextId":`)
-	e.str(t.ContextID)
-	e.name(`,"requesterName":`)
-	e.str(t.RequesterName)
-	e.name(`,"agentName":`)
-	e.str(t.AgentName)
-	e.name(`,"agentContextId":`)
-	e.str(t.AgentContextID)
+	e.field(`{"id":`, t.ID)
+	e.field(`,"contextId":`, t.ContextID)
+	e.field(`,"requesterName":`, t.RequesterName)
+	e.field(`,"agentName":`, t.AgentName)
+	e.field(`,"agentContextId":`, t.AgentContextID)
 	e.name(`,"status":`)
 	e.status(&t.Status)
 	if len(t.History) > 0 {
@@ -204,10 +217,7 @@ func (e *encoder) task(t *Task) {
 	e.time(t.CreatedAt)
 	e.name(`,"updatedAt":`)
 	e.time(t.UpdatedAt)
-	if len(t.Metadata) > 0 {
-		e.name(`,"metadata":`)
-		e.raw(t.Metadata)
-	}
+	e.omitEmptyRaw(`,"metadata":`, t.Metadata)
 	e.b = append(e.b, '}')
 }
 
@@ -216,8 +226,7 @@ func (e *encoder) status(s *TaskStatus) {
 		e.b = append(e.b, "null"...)
 		return
 	}
-	e.name(`{"state":`)
-	e.str(string(s.State))
+	e.field(`{"state":`, string(s.State))
 	e.name(`,"timestamp":`)
 	e.time(s.Timestamp)
 	if s.Message != nil {
@@ -238,30 +247,14 @@ func (e *encoder) message(m *Message) {
 		e.b = append(e.b, "null"...)
 		return
 	}
-	e.name(`{"messageId":`)
-	e.str(m.MessageID)
-	if m.Role != "" {
-		e.name(`,"role":`)
-		e.str(string(m.Role))
-	}
+	e.field(`{"messageId":`, m.MessageID)
+	e.omitEmpty(`,"role":`, string(m.Role))
 	e.name(`,"parts":`)
 	e.parts(m.Parts)
-	if m.From != "" {
-		e.name(`,"from":`)
-		e.str(m.From)
-	}
-	if m.TaskID != "" {
-		e.name(`,"taskId":`)
-		e.str(m.TaskID)
-	}
-	if m.ContextID != "" {
-		e.name(`,"contextId":`)
-		e.str(m.ContextID)
-	}
-	if len(m.Metadata) > 0 {
-		e.name(`,"metadata":`)
-		e.raw(m.Metadata)
-	}
+	e.omitEmpty(`,"from":`, m.From)
+	e.omitEmpty(`,"taskId":`, m.TaskID)
+	e.omitEmpty(`,"contextId":`, m.ContextID)
+	e.omitEmptyRaw(`,"metadata":`, m.Metadata)
 	e.b = append(e.b, '}')
 }
 
@@ -270,18 +263,11 @@ func (e *encoder) artifact(a *Artifact) {
 		e.b = append(e.b, "null"...)
 		return
 	}
-	e.name(`{"artifactId":`)
-	e.str(a.ArtifactID)
-	if a.Name != "" {
-		e.name(`,"name":`)
-		e.str(a.Name)
-	}
+	e.field(`{"artifactId":`, a.ArtifactID)
+	e.omitEmpty(`,"name":`, a.Name)
 	e.name(`,"parts":`)
 	e.parts(a.Parts)
-	if len(a.Metadata) > 0 {
-		e.name(`,"metadata":`)
-		e.raw(a.Metadata)
-	}
+	e.omitEmptyRaw(`,"metadata":`, a.Metadata)
 	e.b = append(e.b, '}')
 }
 
@@ -301,16 +287,11 @@ func (e *encoder) parts(ps []Part) {
 }
 
 func (e *encoder) part(p *Part) {
-	e.name(`{"kind":`)
-	e.str(string(p.Kind))
+	e.field(`{"kind":`, string(p.Kind))
 	if p.Text != nil {
-		e.name(`,"text":`)
-		e.str(*p.Text)
+		e.field(`,"text":`, *p.Text)
 	}
-	if len(p.Data) > 0 {
-		e.name(`,"data":`)
-		e.raw(p.Data)
-	}
+	e.omitEmptyRaw(`,"data":`, p.Data)
 	if f := p.File; f != nil {
 		e.name(`,"file":{`)
 		comma := false
@@ -339,24 +320,17 @@ func (e *encoder) part(p *Part) {
 		}
 		e.b = append(e.b, '}')
 	}
-	if len(p.Metadata) > 0 {
-		e.name(`,"metadata":`)
-		e.raw(p.Metadata)
-	}
+	e.omitEmptyRaw(`,"metadata":`, p.Metadata)
 	e.b = append(e.b, '}')
 }
 
 func (e *encoder) head(h *EventHead) {
-	e.name(`{"recipient":`)
-	e.str(h.Recipient)
-	e.name(`,"recipientContextId":`)
-	e.str(h.RecipientContextID)
-	e.name(`,"contextId":`)
-	e.str(h.ContextID)
+	e.field(`{"recipient":`, h.Recipient)
+	e.field(`,"recipientContextId":`, h.RecipientContextID)
+	e.field(`,"contextId":`, h.ContextID)
 	e.name(`,"seq":`)
 	e.b = strconv.AppendUint(e.b, h.Seq, 10)
-	e.name(`,"epoch":`)
-	e.str(h.Epoch)
+	e.field(`,"epoch":`, h.Epoch)
 }
 
 func (e *encoder) taskEvent(v *TaskEvent) {
@@ -365,10 +339,8 @@ func (e *encoder) taskEvent(v *TaskEvent) {
 		return
 	}
 	e.head(&v.EventHead)
-	e.name(`,"taskId":`)
-	e.str(v.TaskID)
-	e.name(`,"kind":`)
-	e.str(string(v.Kind))
+	e.field(`,"taskId":`, v.TaskID)
+	e.field(`,"kind":`, string(v.Kind))
 	e.name(`,"task":`)
 	e.task(v.Task)
 	if v.Message != nil {
@@ -386,8 +358,7 @@ func (e *encoder) push(v *Push) {
 		return
 	}
 	e.head(&v.EventHead)
-	e.name(`,"from":`)
-	e.str(v.From)
+	e.field(`,"from":`, v.From)
 	e.name(`,"message":`)
 	e.message(v.Message)
 	e.b = append(e.b, '}')

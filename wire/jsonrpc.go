@@ -302,21 +302,10 @@ func EncodeResult(id json.RawMessage, result any) ([]byte, error) {
 	e.name(`{"jsonrpc":"2.0","id":`)
 	e.b = append(e.b, id...)
 	e.name(`,"result":`)
-	switch r := result.(type) {
-	case json.RawMessage:
+	if r, ok := result.(json.RawMessage); ok {
 		e.b = append(e.b, r...)
-	default:
-		if !e.value(result) {
-			b, err := json.Marshal(result)
-			if err != nil {
-				return nil, err
-			}
-			e.b = append(e.b, b...)
-		}
-		if e.failed {
-			_, err := json.Marshal(result)
-			return nil, err
-		}
+	} else if err := e.any(result); err != nil {
+		return nil, err
 	}
 	e.b = append(e.b, '}')
 	return bytes.Clone(e.b), nil
