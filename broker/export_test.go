@@ -28,3 +28,6 @@ func OnLockingInstance(t interface{ Cleanup(func()) }, fn func(instance string))
 
 // PushWindows is how many instances have a window of push keys.
 func (b *Broker) PushWindows() int { return b.pushes.windows() }
+
+// HashToken is the registry's key of a token.
+var HashToken = hashToken

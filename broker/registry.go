@@ -214,7 +214,16 @@ func claimsOtherSession(from transport.Caller, params json.RawMessage) bool {
 	return wire.Unmarshal(claim.ContextID, &ctxID) == nil && ctxID != "" && ctxID != from.Session
 }
 
-func hashToken(token string) [32]byte { return sha256.Sum256([]byte(token)) }
+// hashToken is the key of a token in the registry. A token the broker
+// minted fits the stack buffer, so that a lookup allocates nothing (the
+// plain conversion escapes to the heap).
+func hashToken(token string) [32]byte {
+	var buf [128]byte
+	if len(token) <= len(buf) {
+		return sha256.Sum256(append(buf[:0], token...))
+	}
+	return sha256.Sum256([]byte(token))
+}
 
 // instanceStripes is the number of locks that serialize registrations and
 // departures by instance id.
