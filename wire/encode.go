@@ -14,7 +14,9 @@ import (
 // artifact (whose sizes the broker counts), which the broker encodes on
 // every send, update and event, are written by hand: a third
 // of json.Marshal's time, with one allocation (the result) instead of one
-// per timestamp and one for the result. Anything else, and any
+// per timestamp and one for the result, and two more for each raw member
+// (metadata, a data part), which json.Compact and json.HTMLEscape check
+// and escape as json.Marshal does. Anything else, and any
 // value json.Marshal would refuse, goes to json.Marshal itself.
 // FuzzMarshalIsJSONMarshal holds the two to the same bytes.
 func Marshal(v any) ([]byte, error) {
@@ -237,6 +239,10 @@ func (e *encoder) status(s *TaskStatus) {
 }
 
 func (e *encoder) taskResult(r *TaskResult) {
+	if r == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
 	e.name(`{"task":`)
 	e.task(r.Task)
 	e.b = append(e.b, '}')

@@ -140,6 +140,9 @@ func (s *source) value() any {
 	case 0:
 		return s.task()
 	case 1:
+		if s.byte() == 0 {
+			return (*wire.TaskResult)(nil)
+		}
 		return &wire.TaskResult{Task: s.task()}
 	case 2:
 		return wire.TaskResult{Task: s.task()}
@@ -225,7 +228,7 @@ func TestMarshalIsJSONMarshal(t *testing.T) {
 	for _, v := range []any{
 		task, &wire.Task{}, (*wire.Task)(nil),
 		&wire.Task{Artifacts: []wire.Artifact{}},
-		&wire.TaskResult{Task: task}, wire.TaskResult{}, &wire.TaskResult{},
+		&wire.TaskResult{Task: task}, wire.TaskResult{}, &wire.TaskResult{}, (*wire.TaskResult)(nil),
 		&wire.TaskEvent{EventHead: head, TaskID: "t-1", Kind: wire.EventCreated, Task: task, Message: &msg, Final: true},
 		&wire.TaskEvent{}, (*wire.TaskEvent)(nil),
 		&wire.Push{EventHead: head, From: "asker", Message: &msg}, &wire.Push{}, (*wire.Push)(nil),
