@@ -259,19 +259,10 @@ func (r *runner) roundTrips() {
 		if !strings.HasPrefix(k.name, "nats") {
 			continue
 		}
-		// Each delegate's session has a connection of its own, so the
-		// limit is the bare exchange with a connection per sender. The
-		// same exchange on one shared connection, whose concurrent
-		// requests share writes, stands beside it for comparison.
-		where := map[bool]string{false: "in-process", true: "over TCP"}[tcp]
-		rawPush := r.run("nats", fmt.Sprintf("limit: %d senders' pushes bare, a connection each, nats.go %s", pushSenders, where), rawPushes(tcp, pushSenders, false))
+		rawPush := r.run("nats", fmt.Sprintf("limit: %d senders' pushes bare, nats.go %s", pushSenders, map[bool]string{false: "in-process", true: "over TCP"}[tcp]), rawPushes(tcp, pushSenders))
 		r.add(rawPush)
-		rawShared := r.run("nats", fmt.Sprintf("%d senders' pushes bare on one shared connection, nats.go %s", pushSenders, where), rawPushes(tcp, pushSenders, true))
-		r.add(rawShared)
 		push := r.run(k.name, fmt.Sprintf("oneway pushes, %d senders", pushSenders), onBus(k, func(b *testing.B, h bustest.Harness) { brokertest.BenchmarkPushes(b, h, pushSenders) }))
 		push.compare(rawPush, throughput, map[bool]float64{true: 0.9}[tcp])
-		r.add(push)
-		push.compare(rawShared, throughput, 0)
 		r.add(push)
 		dur := r.run(k.name, "round trip, durable store", onBus(k, func(b *testing.B, h bustest.Harness) {
 			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})

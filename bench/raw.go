@@ -175,13 +175,15 @@ func rawRequestReply(tcp bool) func(b *testing.B) {
 // send's size, answered with a task's size) and the responder publishes
 // the created event to the assignee; the assignee sends an update,
 // answered likewise, and the responder publishes the final event to the
-// requester. The requester and the assignee each have a connection, as
-// their sessions have through the broker.
+// requester. The requester and the assignee share one client
+// connection, as the host client's sessions do in the benchmarks through
+// the broker; the responder is on the broker's side.
 func rawExchange(tcp bool) func(b *testing.B) {
 	return func(b *testing.B) {
 		conn, undo := natsConns(b, tcp)
 		defer undo()
-		requester, assignee, sub := conn(clientSide), conn(clientSide), conn(brokerSide)
+		client, sub := conn(clientSide), conn(brokerSide)
+		requester, assignee := client, client
 		event := bustest.SampleEvent("bench", 1)
 		answer := event[:len(event)*3/4] // a task's size
 		responder := func(subject, notify string) {
@@ -205,8 +207,7 @@ func rawExchange(tcp bool) func(b *testing.B) {
 			b.Fatal(err)
 		}
 		sub.Flush()
-		requester.Flush()
-		assignee.Flush()
+		client.Flush()
 		send := []byte(`{"jsonrpc":"2.0","id":1,"method":"a2a.message.send","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","to":"assignee","message":{"role":"user","parts":[{"kind":"text","text":"take seat 2?"}]}}}`)
 		update := []byte(`{"jsonrpc":"2.0","id":2,"method":"a2a.tasks.update","params":{"token":"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef","taskId":"01929c6e-7f7c-7a10-9c7b-3f2f0a4d5e6f","state":"completed"}}`)
 		lat := make([]time.Duration, 0, b.N)
@@ -235,24 +236,15 @@ func rawExchange(tcp bool) func(b *testing.B) {
 
 // rawPushes is the bare exchange of a push: senders send a request of a
 // push's size to a responder that answers it and publishes an event of a
-// push's size to a receiver's subscription. With shared, every sender
-// and the receiver use one connection, so concurrent requests share its
-// writes; otherwise each sender has a connection of its own and the
-// receiver another, as each delegate's session has through the broker.
-// The responder is on the broker's side.
-func rawPushes(tcp bool, senders int, shared bool) func(b *testing.B) {
+// push's size to a receiver's subscription. Every sender and the
+// receiver share one client connection, as the host client's sessions
+// do in the benchmarks through the broker; the responder is on the
+// broker's side.
+func rawPushes(tcp bool, senders int) func(b *testing.B) {
 	return func(b *testing.B) {
 		conn, undo := natsConns(b, tcp)
 		defer undo()
 		sub, recv := conn(brokerSide), conn(clientSide)
-		pubs := make([]*nats.Conn, senders)
-		for i := range pubs {
-			if shared {
-				pubs[i] = recv
-			} else {
-				pubs[i] = conn(clientSide)
-			}
-		}
 		event := bustest.SampleEvent("bench", 1)[:400] // a push's size
 		answer := []byte(`{"jsonrpc":"2.0","id":1,"result":{"delivered":"receiver"}}`)
 		s, err := sub.Subscribe("raw.push", func(m *nats.Msg) {
@@ -283,10 +275,10 @@ func rawPushes(tcp bool, senders int, shared bool) func(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		var wg sync.WaitGroup
-		for _, pub := range pubs {
+		for range senders {
 			wg.Go(func() {
 				for next.Add(1) <= int64(b.N) {
-					if _, err := pub.Request("raw.push", push, 5*time.Second); err != nil {
+					if _, err := recv.Request("raw.push", push, 5*time.Second); err != nil {
 						b.Error(err)
 						return
 					}

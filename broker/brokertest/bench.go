@@ -160,13 +160,16 @@ func BenchmarkPushes(b *testing.B, h bustest.Harness, senders int) {
 	received := make(chan struct{})
 	go func() {
 		defer close(received)
+		wait := time.NewTimer(10 * time.Second)
+		defer wait.Stop()
 		for range b.N {
+			wait.Reset(10 * time.Second)
 			select {
 			case _, ok := <-to.sub.C():
 				if !ok {
 					return
 				}
-			case <-time.After(10 * time.Second):
+			case <-wait.C:
 				return
 			}
 		}
