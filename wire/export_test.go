@@ -8,3 +8,9 @@ var (
 
 // AppendTime is the encoder's time writer.
 var AppendTime = appendTime
+
+// FastEvent and FullEvent are DecodeEvent's two paths.
+var (
+	FastEvent = fastEvent
+	FullEvent = decodeEvent
+)

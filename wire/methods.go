@@ -264,8 +264,17 @@ type eventParams struct {
 	From    string    `json:"from"`
 }
 
-// DecodeEvent decodes a notification from the broker, in one pass.
+// DecodeEvent decodes a notification from the broker, in one pass: the
+// fast one for the form the broker writes, else the full one.
 func DecodeEvent(raw []byte) (*Event, error) {
+	if ev, ok := fastEvent(raw); ok {
+		return ev, nil
+	}
+	return decodeEvent(raw)
+}
+
+// decodeEvent is DecodeEvent's full decode, of any JSON.
+func decodeEvent(raw []byte) (*Event, error) {
 	var n struct {
 		Method string      `json:"method"`
 		Params eventParams `json:"params"`
