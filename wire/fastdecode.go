@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -16,7 +17,10 @@ import (
 // decodes raw in full: the fast path only ever gives what the full decode
 // would. FuzzFastEventIsTheFullDecode holds the two to that.
 func fastEvent(raw []byte) (ev *Event, ok bool) {
-	d := &fastDecoder{b: raw, s: string(raw)}
+	d := fastDecoders.Get().(*fastDecoder)
+	defer fastDecoders.Put(d)
+	d.b, d.i, d.bad = raw, 0, false
+	defer func() { d.b = nil }()
 	d.lit(`{"jsonrpc":"2.0","method":`)
 	switch {
 	case d.opt(`"a2a.task.event","params":`):
@@ -58,14 +62,27 @@ func fastEvent(raw []byte) (ev *Event, ok bool) {
 	return ev, true
 }
 
+// maxRawDepth is the deepest raw member the fast path reads: far below
+// the full decode's bound, far above what a request may carry (MaxDepth).
+const maxRawDepth = 1000
+
 // fastDecoder reads the canonical form from b at i; any departure from it
 // sets bad, after which every read gives zero values.
 type fastDecoder struct {
 	b   []byte
-	s   string // b, once: a string without escapes is a slice of it
 	i   int
 	bad bool
+	// seen are short strings made before, by this event or an earlier
+	// one: an event repeats its task id, session ids and names, and the
+	// next events of a session repeat most of them again. Each is a copy
+	// of its own bytes, so that keeping one keeps nothing else of any
+	// event. The oldest is replaced first.
+	seen [32]string
+	next int
 }
+
+// fastDecoders keeps decoders, and the strings they have seen.
+var fastDecoders = sync.Pool{New: func() any { return new(fastDecoder) }}
 
 // lit reads s, which must come next.
 func (d *fastDecoder) lit(s string) {
@@ -120,7 +137,7 @@ func (d *fastDecoder) str() string {
 	}
 	if j < len(d.b) && d.b[j] == '"' {
 		d.i = j + 1
-		return d.s[start:j]
+		return d.short(d.b[start:j])
 	}
 	out := append([]byte(nil), d.b[start:j]...)
 	for j < len(d.b) {
@@ -176,6 +193,22 @@ func (d *fastDecoder) str() string {
 	}
 	d.bad = true
 	return ""
+}
+
+// short returns b as a string, the one made before if it repeats one.
+func (d *fastDecoder) short(b []byte) string {
+	if len(b) > 64 {
+		return string(b)
+	}
+	for _, s := range d.seen {
+		if len(s) == len(b) && s == string(b) {
+			return s
+		}
+	}
+	s := string(b)
+	d.seen[d.next%len(d.seen)] = s
+	d.next++
+	return s
 }
 
 // hex4 reads the four hex digits of a \u escape.
@@ -255,13 +288,16 @@ func (d *fastDecoder) time() Time {
 }
 
 // raw reads a raw member: a JSON value up to the next member or the end
-// of its object, valid as the full decode requires it.
+// of its object, valid as the full decode requires it. The full decode
+// also bounds the nesting of the whole event (10,000 levels, the member's
+// own below a few of the event's); the fast path leaves any member nested
+// deeper than maxRawDepth to it.
 func (d *fastDecoder) raw() json.RawMessage {
 	if d.bad {
 		return nil
 	}
 	end := skipValue(d.b, d.i)
-	if end <= d.i || !validJSON(d.b[d.i:end]) {
+	if end <= d.i || !validJSON(d.b[d.i:end]) || nestedDeeper(d.b[d.i:end], maxRawDepth) {
 		d.bad = true
 		return nil
 	}

@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,15 @@ func TestTheFastPathTakesTheBrokersEvents(t *testing.T) {
 		full, _ := wire.FullEvent(raw)
 		assert.Equal(t, full, ev)
 	}
+	// A raw member as deep as the full decode allows on its own, but not
+	// inside the event, is the full decode's to refuse.
+	deep := strings.Repeat("[", 9998) + strings.Repeat("]", 9998)
+	raw, err := wire.MarshalNotification(wire.NotifyPush, &wire.Push{Message: &wire.Message{MessageID: "m", Metadata: []byte(deep)}})
+	require.NoError(t, err)
+	_, ok := wire.FastEvent(raw)
+	assert.False(t, ok, "the fast path took a metadata member nested 9,998 deep")
+	_, err = wire.DecodeEvent(raw)
+	assert.Error(t, err, "too deep for the full decode")
 	for _, raw := range []string{
 		`{"method":"a2a.push","params":{}}`,
 		`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipient":"a","recipientContextId":"s","contextId":"s","seq":1,"epoch":"e","from":"b","message":null}} `,
