@@ -201,7 +201,7 @@ func (r *runner) all() error {
 // (the targets are on those), beside a tight loop of the decode alone.
 func (r *runner) events() {
 	rawNames := map[string]string{"fake": "Go channel", "pipe": "JSON lines over os.Pipe", "nats-inproc": "nats.go pub/sub in-process", "nats-tcp": "nats.go pub/sub over TCP"}
-	r.add(r.run("json", "limit: decode one event (encoding/json)", bustest.BenchmarkDecodeEvent))
+	r.add(r.run("json", "limit: decode one event (wire.DecodeEvent)", bustest.BenchmarkDecodeEvent))
 	for _, decode := range []bool{false, true} {
 		raws := map[string]func(b *testing.B){
 			"fake":        bustest.BenchmarkRawChannel,
