@@ -12,7 +12,8 @@ import (
 // Marshal encodes v exactly as json.Marshal does, byte for byte. A task,
 // a task result, the two notifications' params, and a message, status or
 // artifact (whose sizes the broker counts), which the broker encodes on
-// every send, update and event, are written by hand: a third
+// every send, update and event, and the send and update params a session
+// sends, are written by hand: a third
 // of json.Marshal's time, with one allocation (the result) instead of one
 // per timestamp and one for the result, and two more for each raw member
 // (metadata, a data part), which json.Compact and json.HTMLEscape check
@@ -76,6 +77,14 @@ func (e *encoder) value(v any) bool {
 		e.status(v)
 	case *Artifact:
 		e.artifact(v)
+	case SendParams:
+		e.sendParams(&v)
+	case *SendParams:
+		e.sendParams(v)
+	case UpdateParams:
+		e.updateParams(&v)
+	case *UpdateParams:
+		e.updateParams(v)
 	default:
 		return false
 	}
@@ -327,6 +336,50 @@ func (e *encoder) part(p *Part) {
 		e.b = append(e.b, '}')
 	}
 	e.omitEmptyRaw(`,"metadata":`, p.Metadata)
+	e.b = append(e.b, '}')
+}
+
+// sendParams and updateParams write the params a session sends most.
+func (e *encoder) sendParams(p *SendParams) {
+	if p == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.field(`{"token":`, p.Token)
+	e.omitEmpty(`,"to":`, p.To)
+	e.omitEmpty(`,"taskId":`, p.TaskID)
+	e.name(`,"message":`)
+	e.message(p.Message)
+	if p.Oneway {
+		e.name(`,"oneway":true`)
+	}
+	e.omitEmptyRaw(`,"metadata":`, p.Metadata)
+	e.b = append(e.b, '}')
+}
+
+func (e *encoder) updateParams(p *UpdateParams) {
+	if p == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.field(`{"token":`, p.Token)
+	e.field(`,"taskId":`, p.TaskID)
+	e.field(`,"state":`, string(p.State))
+	if p.Message != nil {
+		e.name(`,"message":`)
+		e.message(p.Message)
+	}
+	if len(p.Artifacts) > 0 {
+		e.name(`,"artifacts":[`)
+		for i := range p.Artifacts {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.artifact(&p.Artifacts[i])
+		}
+		e.b = append(e.b, ']')
+	}
+	e.omitEmpty(`,"messageId":`, p.MessageID)
 	e.b = append(e.b, '}')
 }
 

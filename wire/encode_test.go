@@ -124,7 +124,25 @@ func (s *source) head() wire.EventHead {
 
 // value is one of the values Marshal writes by hand.
 func (s *source) value() any {
-	switch s.byte() % 8 {
+	switch s.byte() % 10 {
+	case 8:
+		p := wire.SendParams{Token: s.str(), To: s.str(), TaskID: s.str(), Message: s.message(), Oneway: s.bool(), Metadata: s.raw()}
+		if s.bool() {
+			return &p
+		}
+		return p
+	case 9:
+		p := wire.UpdateParams{Token: s.str(), TaskID: s.str(), State: wire.State(s.str()), Message: s.message(), MessageID: s.str()}
+		switch s.byte() % 3 {
+		case 1:
+			p.Artifacts = []wire.Artifact{}
+		case 2:
+			p.Artifacts = []wire.Artifact{{ArtifactID: s.str(), Parts: s.parts(), Metadata: s.raw()}}
+		}
+		if s.bool() {
+			return &p
+		}
+		return p
 	case 5:
 		return s.message()
 	case 6:
@@ -172,6 +190,8 @@ func sameAsJSONMarshal(t *testing.T, v any) {
 		require.Error(t, err)
 		_, err = wire.MarshalNotification(wire.NotifyTaskEvent, v)
 		require.Error(t, err)
+		_, err = wire.EncodeRequest(7, "m", v)
+		require.Error(t, err)
 		return
 	}
 	require.NoError(t, err)
@@ -179,6 +199,13 @@ func sameAsJSONMarshal(t *testing.T, v any) {
 		t.Fatalf("Marshal differs from json.Marshal:\n got %s\nwant %s", got, want)
 	}
 	assert.Equal(t, len(want), wire.EncodedLen(v))
+	q, err := wire.EncodeRequest(7, "a2a.<method>", v)
+	require.NoError(t, err)
+	params := string(want)
+	if v == nil {
+		params = "{}" // a request without params has empty ones
+	}
+	assert.Equal(t, `{"jsonrpc":"2.0","id":7,"method":"a2a.\u003cmethod\u003e","params":`+params+`}`, string(q))
 	r, err := wire.EncodeResult(json.RawMessage(`7`), v)
 	require.NoError(t, err)
 	assert.Equal(t, `{"jsonrpc":"2.0","id":7,"result":`+string(want)+`}`, string(r))
@@ -235,6 +262,10 @@ func TestMarshalIsJSONMarshal(t *testing.T) {
 		&msg, &wire.Message{}, (*wire.Message)(nil),
 		&task.Status, &wire.TaskStatus{}, (*wire.TaskStatus)(nil),
 		&task.Artifacts[0], &wire.Artifact{}, (*wire.Artifact)(nil),
+		wire.SendParams{Token: "t", To: "w<1>", TaskID: "x", Message: &msg, Oneway: true, Metadata: json.RawMessage(` {"a": 1} `)},
+		&wire.SendParams{}, (*wire.SendParams)(nil), wire.SendParams{Message: &wire.Message{}},
+		wire.UpdateParams{Token: "t", TaskID: "x", State: wire.StateCompleted, Message: &msg, Artifacts: task.Artifacts, MessageID: "u-1"},
+		&wire.UpdateParams{Artifacts: []wire.Artifact{}}, (*wire.UpdateParams)(nil),
 		// Not written by hand: json.Marshal's own.
 		msg, task.Status, map[string]int{"b": 2, "a": 1}, nil,
 	} {

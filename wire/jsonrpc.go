@@ -257,38 +257,26 @@ func ParamsObject(params json.RawMessage) bool {
 // EncodeRequest encodes a request with a numeric id. Params given as raw
 // JSON are sent as they are.
 func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
-	p, err := marshalParams(params)
-	if err != nil {
-		return nil, err
-	}
-	m, err := json.Marshal(method)
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, 0, len(p)+len(m)+48)
-	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = strconv.AppendUint(b, id, 10)
-	b = append(b, `,"method":`...)
-	b = append(b, m...)
-	b = append(b, `,"params":`...)
-	b = append(b, p...)
-	return append(b, '}'), nil
-}
-
-func marshalParams(params any) (json.RawMessage, error) {
+	e := encoders.Get().(*encoder)
+	defer e.release()
+	e.name(`{"jsonrpc":"2.0","id":`)
+	e.b = strconv.AppendUint(e.b, id, 10)
+	e.field(`,"method":`, method)
+	e.name(`,"params":`)
 	switch p := params.(type) {
 	case nil:
-		return json.RawMessage("{}"), nil
+		e.name("{}")
 	case json.RawMessage:
-		return p, nil
+		e.b = append(e.b, p...)
 	case []byte:
-		return json.RawMessage(p), nil
+		e.b = append(e.b, p...)
+	default:
+		if err := e.any(params); err != nil {
+			return nil, fmt.Errorf("wire: encode params: %w", err)
+		}
 	}
-	b, err := json.Marshal(params)
-	if err != nil {
-		return nil, fmt.Errorf("wire: encode params: %w", err)
-	}
-	return b, nil
+	e.b = append(e.b, '}')
+	return bytes.Clone(e.b), nil
 }
 
 // EncodeResult encodes a successful response. id is the request's raw id
