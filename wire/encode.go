@@ -202,28 +202,11 @@ func (e *encoder) task(t *Task) {
 	e.name(`,"status":`)
 	e.status(&t.Status)
 	if len(t.History) > 0 {
-		e.name(`,"history":[`)
-		for i := range t.History {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			e.message(&t.History[i])
-		}
-		e.b = append(e.b, ']')
+		e.name(`,"history":`)
+		appendList(e, t.History, e.message)
 	}
 	e.name(`,"artifacts":`)
-	if t.Artifacts == nil {
-		e.b = append(e.b, "null"...)
-	} else {
-		e.b = append(e.b, '[')
-		for i := range t.Artifacts {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			e.artifact(&t.Artifacts[i])
-		}
-		e.b = append(e.b, ']')
-	}
+	appendList(e, t.Artifacts, e.artifact)
 	e.name(`,"createdAt":`)
 	e.time(t.CreatedAt)
 	e.name(`,"updatedAt":`)
@@ -286,20 +269,7 @@ func (e *encoder) artifact(a *Artifact) {
 	e.b = append(e.b, '}')
 }
 
-func (e *encoder) parts(ps []Part) {
-	if ps == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.b = append(e.b, '[')
-	for i := range ps {
-		if i > 0 {
-			e.b = append(e.b, ',')
-		}
-		e.part(&ps[i])
-	}
-	e.b = append(e.b, ']')
-}
+func (e *encoder) parts(ps []Part) { appendList(e, ps, e.part) }
 
 func (e *encoder) part(p *Part) {
 	e.field(`{"kind":`, string(p.Kind))
@@ -339,6 +309,23 @@ func (e *encoder) part(p *Part) {
 	e.b = append(e.b, '}')
 }
 
+// appendList appends xs as encoding/json writes a slice: null when nil,
+// else each element as one writes it, in brackets.
+func appendList[T any](e *encoder, xs []T, one func(*T)) {
+	if xs == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.b = append(e.b, '[')
+	for i := range xs {
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		one(&xs[i])
+	}
+	e.b = append(e.b, ']')
+}
+
 // sendParams and updateParams write the params a session sends most.
 func (e *encoder) sendParams(p *SendParams) {
 	if p == nil {
@@ -370,14 +357,8 @@ func (e *encoder) updateParams(p *UpdateParams) {
 		e.message(p.Message)
 	}
 	if len(p.Artifacts) > 0 {
-		e.name(`,"artifacts":[`)
-		for i := range p.Artifacts {
-			if i > 0 {
-				e.b = append(e.b, ',')
-			}
-			e.artifact(&p.Artifacts[i])
-		}
-		e.b = append(e.b, ']')
+		e.name(`,"artifacts":`)
+		appendList(e, p.Artifacts, e.artifact)
 	}
 	e.omitEmpty(`,"messageId":`, p.MessageID)
 	e.b = append(e.b, '}')
