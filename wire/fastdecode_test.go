@@ -116,11 +116,7 @@ func TestTheFastPathTakesTheBrokersEvents(t *testing.T) {
 }
 
 func BenchmarkDecodeEvent(b *testing.B) {
-	text := "take seat 2?"
-	now := wire.NewTime(time.Now())
-	msg := &wire.Message{MessageID: "m-1", Role: wire.RoleUser, Parts: []wire.Part{{Kind: wire.KindText, Text: &text}}, From: "requester", TaskID: "01929c6e-7f7c-7a10-9c7b-3f2f0a4d5e6f", ContextID: "s1"}
-	task := &wire.Task{ID: "01929c6e-7f7c-7a10-9c7b-3f2f0a4d5e6f", ContextID: "s1", RequesterName: "requester", AgentName: "assignee", AgentContextID: "s2", Status: wire.TaskStatus{State: wire.StateSubmitted, Timestamp: now}, Artifacts: []wire.Artifact{}, CreatedAt: now, UpdatedAt: now}
-	raw, err := wire.MarshalNotification(wire.NotifyTaskEvent, &wire.TaskEvent{EventHead: wire.EventHead{Recipient: "assignee", RecipientContextID: "s2", ContextID: "s1", Seq: 7, Epoch: "e"}, TaskID: task.ID, Kind: wire.EventCreated, Task: task, Message: msg})
+	raw, err := wire.MarshalNotification(wire.NotifyTaskEvent, benchEvent())
 	require.NoError(b, err)
 	for _, c := range []struct {
 		name string
