@@ -158,6 +158,10 @@ func (c *Client) readLoop(r io.Reader) {
 // dispatch routes one line: a response to its call, a notification to its
 // session.
 func (c *Client) dispatch(line []byte) {
+	if session, ok := fastNote(line); ok {
+		c.subs.Deliver(session, line)
+		return
+	}
 	h, ok := scanHead(line)
 	if !ok {
 		// Not the broker's usual shape: decode it in full.

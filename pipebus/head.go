@@ -72,6 +72,121 @@ func scanHead(b []byte) (h head, ok bool) {
 	return h, true
 }
 
+// The form in which the broker writes every notification: these members
+// first, in this order, without spaces.
+var (
+	notePrefix   = []byte(`{"jsonrpc":"2.0","method":"`)
+	paramsOpen   = []byte(`,"params":{`)
+	paramsName   = []byte(`"params"`)
+	recipientKey = []byte(`"recipientContextId"`)
+)
+
+// Where holds looks for each name first: at a letter that is rare in the
+// broker's notifications ('p' of "params", 'C' of "recipientContextId").
+const (
+	paramsAnchor    = 1
+	recipientAnchor = 10
+)
+
+// holds reports whether b contains name. It finds each name[at] at memory
+// speed and compares around it: bytes.Contains starts from the name's
+// quote, of which JSON holds one every few bytes.
+func holds(b, name []byte, at int) bool {
+	for i := at; i < len(b); {
+		j := bytes.IndexByte(b[i:], name[at])
+		if j < 0 {
+			return false
+		}
+		i += j
+		if start := i - at; start+len(name) <= len(b) && bytes.Equal(b[start:start+len(name)], name) {
+			return true
+		}
+		i++
+	}
+	return false
+}
+
+// fastNote routes a notification in the form the broker writes it
+// without walking the rest of the line: "jsonrpc", "method", then
+// "params" whose first members up to "recipientContextId" are plain
+// strings. It gives the recipient only when no other member named
+// "params" or "recipientContextId" can follow: the rest of the line holds
+// neither name, nor an escape that could spell one (\u0040 to \u007f;
+// every other escape stands for a character outside those names). Then
+// the names seen are the last of their kind, as a full decode finds them.
+// Anything else reports false, and scanHead reads the line.
+func fastNote(b []byte) (recipient string, ok bool) {
+	rest, ok := bytes.CutPrefix(b, notePrefix)
+	if !ok {
+		return "", false
+	}
+	q := bytes.IndexByte(rest, '"') // the method's end
+	if q < 0 || bytes.IndexByte(rest[:q], '\\') >= 0 {
+		return "", false
+	}
+	if rest, ok = bytes.CutPrefix(rest[q+1:], paramsOpen); !ok {
+		return "", false
+	}
+	// Up to a few plain "name":"value" members before the recipient.
+	for range 4 {
+		name, value, after, ok := plainMember(rest)
+		if !ok {
+			return "", false
+		}
+		if string(name) != "recipientContextId" {
+			if len(after) == 0 || after[0] != ',' {
+				return "", false
+			}
+			rest = after[1:]
+			continue
+		}
+		if len(value) == 0 || !utf8.Valid(value) ||
+			holds(after, recipientKey, recipientAnchor) || holds(after, paramsName, paramsAnchor) || letterEscape(after) {
+			return "", false
+		}
+		return string(value), true
+	}
+	return "", false
+}
+
+// plainMember cuts a member "name":"value" whose name and value hold no
+// escape from the front of b.
+func plainMember(b []byte) (name, value, rest []byte, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, nil, nil, false
+	}
+	n := bytes.IndexByte(b[1:], '"') + 1
+	if n <= 0 || n+2 >= len(b) || b[n+1] != ':' || b[n+2] != '"' {
+		return nil, nil, nil, false
+	}
+	name = b[1:n]
+	v := b[n+3:]
+	e := bytes.IndexByte(v, '"')
+	if e < 0 {
+		return nil, nil, nil, false
+	}
+	value = v[:e]
+	if bytes.IndexByte(name, '\\') >= 0 || bytes.IndexByte(value, '\\') >= 0 {
+		return nil, nil, nil, false
+	}
+	return name, value, v[e+1:], true
+}
+
+// letterEscape reports whether b holds an escape \u0040 to \u007f, the
+// only escapes that can stand for a letter of a member's name.
+func letterEscape(b []byte) bool {
+	for {
+		i := bytes.Index(b, []byte(`\u00`))
+		if i < 0 {
+			return false
+		}
+		if i+4 < len(b) && b[i+4] >= '4' && b[i+4] <= '7' {
+			return true
+		}
+		b = b[i+4:]
+	}
+}
+
 type scanner struct {
 	b []byte
 	i int

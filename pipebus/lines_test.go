@@ -6,6 +6,9 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/a2a-bus/a2a-bus/transport/bustest"
+	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // FuzzLineReader checks the framing against a plain split on "\n": every
@@ -100,4 +103,112 @@ func FuzzScanHead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkScanHead reads the head of the benchmarks' sample event, as
+// the host end does for every notification it routes.
+func BenchmarkScanHead(b *testing.B) {
+	line := bustest.SampleEvent("bench", 1)
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if h, ok := scanHead(line); !ok || h.recipient != "bench" {
+			b.Fatalf("scanHead: %+v, %v", h, ok)
+		}
+	}
+}
+
+// BenchmarkFastNote routes the same event by its leading members.
+func BenchmarkFastNote(b *testing.B) {
+	line := bustest.SampleEvent("bench", 1)
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, ok := fastNote(line); !ok || r != "bench" {
+			b.Fatalf("fastNote: %q, %v", r, ok)
+		}
+	}
+}
+
+// fastNoteSeeds are notifications as the broker writes them, and the same
+// with what must send them to scanHead: a later "params" or
+// "recipientContextId", spelled plainly or with letter escapes.
+func fastNoteSeeds(t testing.TB) [][]byte {
+	text := "a <b> & \"c\"\n"
+	head := wire.EventHead{Recipient: "discussant-2", RecipientContextID: "s-2", ContextID: "s-1", Seq: 7, Epoch: "e"}
+	ev, err := wire.MarshalNotification(wire.NotifyTaskEvent, &wire.TaskEvent{EventHead: head, TaskID: "t", Kind: wire.EventCreated,
+		Message: &wire.Message{MessageID: "m", Role: wire.RoleUser, Parts: []wire.Part{{Kind: wire.KindText, Text: &text}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	push, err := wire.MarshalNotification(wire.NotifyPush, &wire.Push{EventHead: head, From: "discussant",
+		Message: &wire.Message{MessageID: "m", Role: wire.RoleUser, Parts: []wire.Part{{Kind: wire.KindText, Text: &text}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeds := [][]byte{ev, push, bustest.SampleEvent("bench", 1)}
+	for _, s := range []string{
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a","recipientContextId":"b"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a","recipient\u0043ontextId":"b"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a"},"params":{"recipientContextId":"b"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a"},"params":{}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a"},"p\u0061rams":{"recipientContextId":"b"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a"},"p\u0061rams":{"recipient\u0043ontextId":"b"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a","x":{"recipientContextId":"b"}}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a\u0062"}}`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":""}}`,
+		"{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"recipientContextId\":\"\xff\"}}",
+	} {
+		seeds = append(seeds, []byte(s))
+	}
+	return seeds
+}
+
+// FuzzFastNote checks the fast route against a full decode, as
+// FuzzScanHead checks scanHead, and against scanHead itself.
+func FuzzFastNote(f *testing.F) {
+	for _, s := range fastNoteSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		recipient, ok := fastNote(line)
+		if !ok {
+			return
+		}
+		if recipient == "" {
+			t.Fatal("an empty recipient routed")
+		}
+		if h, ok := scanHead(line); ok && (!h.isNote || h.recipient != recipient) {
+			t.Fatalf("fastNote %q, scanHead %+v", recipient, h)
+		}
+		var exact map[string]json.RawMessage
+		if json.Unmarshal(line, &exact) != nil {
+			return // not JSON: the session's decode refuses it
+		}
+		var params map[string]json.RawMessage
+		var rc string
+		if exact["method"] == nil || json.Unmarshal(exact["params"], &params) != nil || json.Unmarshal(params["recipientContextId"], &rc) != nil {
+			t.Fatalf("fastNote routed %q to %q, a decode finds method %q, params %q", line, recipient, exact["method"], exact["params"])
+		}
+		if rc != recipient {
+			t.Fatalf("recipientContextId: fastNote %q, decode %q", recipient, rc)
+		}
+	})
+}
+
+// TestFastNoteTakesTheBrokersNotifications: the broker's own
+// notifications take the fast route; each departure that could change the
+// route is left to scanHead.
+func TestFastNoteTakesTheBrokersNotifications(t *testing.T) {
+	seeds := fastNoteSeeds(t)
+	for i, want := range []string{"s-2", "s-2", "bench"} {
+		if got, ok := fastNote(seeds[i]); !ok || got != want {
+			t.Errorf("%s: fastNote %q, %v; want %q", seeds[i], got, ok, want)
+		}
+	}
+	for _, line := range seeds[3:] {
+		if got, ok := fastNote(line); ok {
+			t.Errorf("%s: fastNote took it, routed to %q", line, got)
+		}
+	}
 }
