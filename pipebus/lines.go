@@ -25,8 +25,17 @@ func newLineReader(r io.Reader, max int) *lineReader {
 // newline is returned before io.EOF.
 func (l *lineReader) next() (line []byte, tooLong bool, err error) {
 	l.buf = l.buf[:0]
-	for {
+	for first := true; ; first = false {
 		chunk, err := l.r.ReadSlice('\n')
+		if first && err == nil {
+			// The whole line is in the reader's buffer, as most are:
+			// copy it once, not through buf.
+			line = trimEOL(chunk)
+			if len(line) > l.max {
+				return nil, true, nil
+			}
+			return bytes.Clone(line), false, nil
+		}
 		if !tooLong {
 			// Allow the line's own "\r\n" beyond max.
 			if len(l.buf)+len(chunk) > l.max+2 {
@@ -48,14 +57,19 @@ func (l *lineReader) next() (line []byte, tooLong bool, err error) {
 		if tooLong {
 			return nil, true, nil
 		}
-		line = bytes.TrimSuffix(l.buf, []byte("\n"))
-		line = bytes.TrimSuffix(line, []byte("\r"))
+		line = trimEOL(l.buf)
 		if len(line) > l.max {
 			return nil, true, nil
 		}
 		// The caller keeps the line: hand it its own copy.
 		return bytes.Clone(line), false, nil
 	}
+}
+
+// trimEOL cuts a line's "\n" or "\r\n".
+func trimEOL(b []byte) []byte {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	return bytes.TrimSuffix(b, []byte("\r"))
 }
 
 // blank reports whether a line holds only whitespace. Blank lines are
