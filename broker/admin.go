@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
 	"slices"
 	"strings"
@@ -30,7 +29,7 @@ func (b *Broker) adminMethods() map[string]method {
 	return m
 }
 
-func (b *Broker) adminInfo(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) adminInfo(ctx context.Context, _ transport.Caller, req *wire.Request) (any, *wire.Error) {
 	open, err := b.store.OpenCount(ctx)
 	if err != nil {
 		return nil, b.storeFailure("count open tasks", err)
@@ -51,25 +50,25 @@ func (b *Broker) adminInfo(ctx context.Context, _ transport.Caller, params json.
 }
 
 // adminPage decodes the paging params of an admin list.
-func adminPage(params json.RawMessage) (wire.PageParams, int, *wire.Error) {
+func adminPage(req *wire.Request) (wire.PageParams, int, *wire.Error) {
 	var p wire.PageParams
-	if err := wire.DecodeParams(params, &p); err != nil {
+	if err := req.DecodeParams(&p); err != nil {
 		return p, 0, err
 	}
 	size, err := pageSize(p)
 	return p, size, err
 }
 
-func (b *Broker) adminAgents(_ context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	p, size, err := adminPage(params)
+func (b *Broker) adminAgents(_ context.Context, _ transport.Caller, req *wire.Request) (any, *wire.Error) {
+	p, size, err := adminPage(req)
 	if err != nil {
 		return nil, err
 	}
 	return b.agentsPage(nil, p.PageToken, size), nil
 }
 
-func (b *Broker) adminTasks(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	p, size, werr := adminPage(params)
+func (b *Broker) adminTasks(ctx context.Context, _ transport.Caller, req *wire.Request) (any, *wire.Error) {
+	p, size, werr := adminPage(req)
 	if werr != nil {
 		return nil, werr
 	}
@@ -89,8 +88,8 @@ func (b *Broker) adminTasks(ctx context.Context, _ transport.Caller, params json
 	return res, nil
 }
 
-func (b *Broker) adminSessions(_ context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	p, size, werr := adminPage(params)
+func (b *Broker) adminSessions(_ context.Context, _ transport.Caller, req *wire.Request) (any, *wire.Error) {
+	p, size, werr := adminPage(req)
 	if werr != nil {
 		return nil, werr
 	}
@@ -142,10 +141,10 @@ func (b *Broker) adminSessions(_ context.Context, _ transport.Caller, params jso
 // credentials (closing their connections), then the session's agents are
 // deregistered unless the host keeps them, and its notifications are
 // forgotten.
-func (b *Broker) closeSession(revoker transport.SessionRevoker) func(context.Context, transport.Caller, json.RawMessage) (any, *wire.Error) {
-	return func(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) closeSession(revoker transport.SessionRevoker) func(context.Context, transport.Caller, *wire.Request) (any, *wire.Error) {
+	return func(ctx context.Context, _ transport.Caller, req *wire.Request) (any, *wire.Error) {
 		var p wire.SessionCloseParams
-		if err := wire.DecodeParams(params, &p); err != nil {
+		if err := req.DecodeParams(&p); err != nil {
 			return nil, err
 		}
 		if err := wire.ValidateID("contextId", p.ContextID); err != nil {

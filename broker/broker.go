@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -127,7 +126,7 @@ var _ transport.Handler = (*Broker)(nil)
 // method is one served method. host marks the host-only ones.
 type method struct {
 	host  bool
-	serve func(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error)
+	serve func(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error)
 }
 
 // New starts a broker on bus: it calls bus.Serve with itself. Whoever made
@@ -297,9 +296,9 @@ func (b *Broker) Close() error {
 	return nil
 }
 
-func hostMethod(fn transport.HostMethod) func(context.Context, transport.Caller, json.RawMessage) (any, *wire.Error) {
-	return func(ctx context.Context, _ transport.Caller, params json.RawMessage) (any, *wire.Error) {
-		res, err := fn(ctx, params)
+func hostMethod(fn transport.HostMethod) func(context.Context, transport.Caller, *wire.Request) (any, *wire.Error) {
+	return func(ctx context.Context, _ transport.Caller, req *wire.Request) (any, *wire.Error) {
+		res, err := fn(ctx, req.Params)
 		if err != nil {
 			return nil, wire.AsError(err)
 		}
@@ -352,7 +351,7 @@ func (b *Broker) call(ctx context.Context, from transport.Caller, req *wire.Requ
 	if !wire.ParamsObject(req.Params) {
 		return nil, wire.ErrInvalidParams.Withf("params must be an object")
 	}
-	return m.serve(ctx, from, req.Params)
+	return m.serve(ctx, from, req)
 }
 
 // storeFailure turns a store failure into the error a client sees. The

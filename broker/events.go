@@ -208,10 +208,10 @@ func (s *sessionLog) since(afterSeq uint64, maxBytes int) []json.RawMessage {
 	return events
 }
 
-func (b *Broker) replay(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) replay(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.ReplayParams
-	shapeErr := wire.DecodeParams(params, &p)
-	if claimsOtherSession(from, params) {
+	shapeErr := req.DecodeParams(&p)
+	if claimsOtherSession(from, req.Params) {
 		return nil, wire.ErrUnauthorized.Withf("replay of another session than the caller's")
 	}
 	if shapeErr != nil {

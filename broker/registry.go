@@ -265,12 +265,12 @@ func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wir
 // caller decodes token-bearing params into v and authenticates the token
 // they carry. The token outranks the params' shape: a bad token is
 // A2A_UNAUTHORIZED even when other params are malformed.
-func (b *Broker) caller(from transport.Caller, params json.RawMessage, v any, token *string) (*agent, *wire.Error) {
-	if shapeErr := wire.DecodeParams(params, v); shapeErr != nil {
+func (b *Broker) caller(from transport.Caller, req *wire.Request, v any, token *string) (*agent, *wire.Error) {
+	if shapeErr := req.DecodeParams(v); shapeErr != nil {
 		var tp struct {
 			Token json.RawMessage `json:"token"`
 		}
-		_ = wire.Unmarshal(params, &tp)
+		_ = wire.Unmarshal(req.Params, &tp)
 		var tok string
 		_ = wire.Unmarshal(tp.Token, &tok)
 		if _, err := b.authenticate(from, tok); err != nil {
@@ -283,8 +283,8 @@ func (b *Broker) caller(from transport.Caller, params json.RawMessage, v any, to
 
 // heldCaller is caller, then fn run as the caller, held for fn's length
 // (see agent): a deregistration waits for fn, or fn sees it done.
-func (b *Broker) heldCaller(from transport.Caller, params json.RawMessage, v any, token *string, fn func(a *agent) (any, *wire.Error)) (any, *wire.Error) {
-	a, err := b.caller(from, params, v, token)
+func (b *Broker) heldCaller(from transport.Caller, req *wire.Request, v any, token *string, fn func(a *agent) (any, *wire.Error)) (any, *wire.Error) {
+	a, err := b.caller(from, req, v, token)
 	if err != nil {
 		return nil, err
 	}
@@ -297,8 +297,8 @@ func (b *Broker) heldCaller(from transport.Caller, params json.RawMessage, v any
 
 func errRevoked() *wire.Error { return wire.ErrUnauthorized.Withf("unknown or revoked token") }
 
-func (b *Broker) register(_ context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
-	p, err := b.registration(from, params)
+func (b *Broker) register(_ context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
+	p, err := b.registration(from, req)
 	if err != nil {
 		return nil, err
 	}
@@ -317,10 +317,10 @@ func (b *Broker) register(_ context.Context, from transport.Caller, params json.
 
 // registration decodes and checks register's params; it makes an
 // instance id when there is none.
-func (b *Broker) registration(from transport.Caller, params json.RawMessage) (*wire.RegisterParams, *wire.Error) {
+func (b *Broker) registration(from transport.Caller, req *wire.Request) (*wire.RegisterParams, *wire.Error) {
 	var p wire.RegisterParams
-	shapeErr := wire.DecodeParams(params, &p)
-	if claimsOtherSession(from, params) {
+	shapeErr := req.DecodeParams(&p)
+	if claimsOtherSession(from, req.Params) {
 		return nil, wire.ErrUnauthorized.Withf("register for another session than the caller's")
 	}
 	if shapeErr != nil {
@@ -412,9 +412,9 @@ func (b *Broker) capsAllow(old *agent, session string) *wire.Error {
 	return nil
 }
 
-func (b *Broker) deregister(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) deregister(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.TokenParams
-	shapeErr := wire.DecodeParams(params, &p)
+	shapeErr := req.DecodeParams(&p)
 	a, err := b.authenticate(from, p.Token)
 	if err != nil {
 		return nil, err
@@ -455,9 +455,9 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 	return true, nil
 }
 
-func (b *Broker) listAgents(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) listAgents(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.ListAgentsParams
-	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, req, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		size, err := pageSize(p.PageParams)
 		if err != nil {
 			return nil, err

@@ -30,10 +30,10 @@ func (b *Broker) lockTask(id string) func() {
 	return m.Unlock
 }
 
-func (b *Broker) send(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) send(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.SendParams
 	// send takes its own holds: a new task needs both members held.
-	self, err := b.caller(from, params, &p, &p.Token)
+	self, err := b.caller(from, req, &p, &p.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -443,9 +443,9 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	return wire.TaskResult{Task: &rec.Task}, nil
 }
 
-func (b *Broker) getTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) getTask(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.TaskParams
-	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, req, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		rec, _, err := b.loadTask(ctx, self, p.TaskID)
 		if err != nil {
 			return nil, err
@@ -454,9 +454,9 @@ func (b *Broker) getTask(ctx context.Context, from transport.Caller, params json
 	})
 }
 
-func (b *Broker) listTasks(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) listTasks(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.ListTasksParams
-	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, req, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		q := store.Query{Instance: self.instance, State: p.State}
 		if p.State != "" && !p.State.Valid() {
 			return nil, wire.ErrInvalidParams.Withf("state: %s is not a task state", wire.Quote(string(p.State)))
@@ -509,9 +509,9 @@ func (b *Broker) eachPage(ctx context.Context, q store.Query, fn func([]*store.R
 	}
 }
 
-func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) updateTask(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.UpdateParams
-	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, req, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		switch p.State {
 		case wire.StateWorking, wire.StateInputRequired, wire.StateCompleted, wire.StateFailed, wire.StateRejected:
 		default:
@@ -564,9 +564,9 @@ func (b *Broker) updateTask(ctx context.Context, from transport.Caller, params j
 	})
 }
 
-func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, params json.RawMessage) (any, *wire.Error) {
+func (b *Broker) cancelTask(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.CancelParams
-	return b.heldCaller(from, params, &p, &p.Token, func(self *agent) (any, *wire.Error) {
+	return b.heldCaller(from, req, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		k := key{by: self.instance, name: p.MessageID}
 		if k.name != "" {
 			if len(k.name) > wire.MaxIDBytes {

@@ -14,3 +14,9 @@ var (
 	FastEvent = fastEvent
 	FullEvent = decodeEvent
 )
+
+// FastRequest and FullRequest are ParseRequest's two paths.
+var (
+	FastRequest = fastRequest
+	FullRequest = parseRequest
+)

@@ -19,7 +19,7 @@ import (
 func fastEvent(raw []byte) (ev *Event, ok bool) {
 	d := fastDecoders.Get().(*fastDecoder)
 	defer fastDecoders.Put(d)
-	d.b, d.i, d.bad = raw, 0, false
+	d.b, d.i, d.bad, d.maxRaw = raw, 0, false, maxRawDepth
 	defer func() { d.b = nil }()
 	d.lit(`{"jsonrpc":"2.0","method":`)
 	switch {
@@ -62,9 +62,88 @@ func fastEvent(raw []byte) (ev *Event, ok bool) {
 	return ev, true
 }
 
-// maxRawDepth is the deepest raw member the fast path reads: far below
-// the full decode's bound, far above what a request may carry (MaxDepth).
+// maxRawDepth is the deepest raw member the fast path reads of an event:
+// far below the full decode's bound, far above what a request may carry
+// (MaxDepth).
 const maxRawDepth = 1000
+
+// fastRequest reads raw if it is an a2a.message.send or a2a.tasks.update
+// request exactly as EncodeRequest writes one, with a numeric id: the two
+// requests of every round trip. It reads the envelope and the params in
+// one pass, and that pass is all the checking the full path does: every
+// string, number and punctuation is read as it must be, each raw member
+// is checked as valid JSON, UTF-8 and not nested deeper than the
+// request's own bound allows it there. The params come decoded with the
+// request (Request.DecodeParams). ok is false for anything else, and
+// ParseRequest then reads raw the full way: the fast path only ever gives
+// what the full one would. FuzzFastRequestIsTheFullParse holds it to
+// that.
+func fastRequest(raw []byte) (req *Request, ok bool) {
+	if !utf8.Valid(raw) {
+		return nil, false
+	}
+	d := fastDecoders.Get().(*fastDecoder)
+	defer fastDecoders.Put(d)
+	// A raw member sits at most 6 levels down (a part's data, inside an
+	// update's artifact); 8 leave room.
+	d.b, d.i, d.bad, d.maxRaw = raw, 0, false, MaxDepth-8
+	defer func() { d.b = nil }()
+	d.lit(`{"jsonrpc":"2.0","id":`)
+	idStart := d.i
+	d.uint()
+	id := raw[idStart:d.i]
+	d.lit(`,"method":`)
+	req = &Request{JSONRPC: Version}
+	switch {
+	case d.opt(`"a2a.message.send","params":`):
+		req.Method = MethodSend
+		start := d.i
+		req.decoded, req.Params = d.sendParams(), raw[start:d.i]
+	case d.opt(`"a2a.tasks.update","params":`):
+		req.Method = MethodUpdateTask
+		start := d.i
+		req.decoded, req.Params = d.updateParams(), raw[start:d.i]
+	default:
+		return nil, false
+	}
+	d.lit("}")
+	if d.bad || d.i != len(raw) {
+		return nil, false
+	}
+	req.ID = bytes.Clone(id)
+	return req, true
+}
+
+func (d *fastDecoder) sendParams() *SendParams {
+	p := &SendParams{}
+	p.Token = d.field(`{"token":`)
+	p.To = d.omitEmpty(`,"to":`)
+	p.TaskID = d.omitEmpty(`,"taskId":`)
+	d.lit(`,"message":`)
+	if !d.opt("null") {
+		p.Message = d.message()
+	}
+	p.Oneway = d.opt(`,"oneway":true`)
+	p.Metadata = d.omitEmptyRaw(`,"metadata":`)
+	d.lit("}")
+	return p
+}
+
+func (d *fastDecoder) updateParams() *UpdateParams {
+	p := &UpdateParams{}
+	p.Token = d.field(`{"token":`)
+	p.TaskID = d.field(`,"taskId":`)
+	p.State = State(d.field(`,"state":`))
+	if d.opt(`,"message":`) {
+		p.Message = d.message()
+	}
+	if d.opt(`,"artifacts":`) {
+		p.Artifacts = fastList(d, d.artifact)
+	}
+	p.MessageID = d.omitEmpty(`,"messageId":`)
+	d.lit("}")
+	return p
+}
 
 // fastDecoder reads the canonical form from b at i; any departure from it
 // sets bad, after which every read gives zero values.
@@ -79,6 +158,8 @@ type fastDecoder struct {
 	// event. The oldest is replaced first.
 	seen [32]string
 	next int
+	// maxRaw bounds the nesting of a raw member (nestedDeeper).
+	maxRaw int
 }
 
 // fastDecoders keeps decoders, and the strings they have seen.
@@ -291,13 +372,13 @@ func (d *fastDecoder) time() Time {
 // of its object, valid as the full decode requires it. The full decode
 // also bounds the nesting of the whole event (10,000 levels, the member's
 // own below a few of the event's); the fast path leaves any member nested
-// deeper than maxRawDepth to it.
+// deeper than maxRaw to it.
 func (d *fastDecoder) raw() json.RawMessage {
 	if d.bad {
 		return nil
 	}
 	end := skipValue(d.b, d.i)
-	if end <= d.i || !validJSON(d.b[d.i:end]) || nestedDeeper(d.b[d.i:end], maxRawDepth) {
+	if end <= d.i || !validJSON(d.b[d.i:end]) || nestedDeeper(d.b[d.i:end], d.maxRaw) {
 		d.bad = true
 		return nil
 	}

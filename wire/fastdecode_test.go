@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,6 +128,156 @@ func BenchmarkDecodeEvent(b *testing.B) {
 			for b.Loop() {
 				if _, err := c.fn(raw); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// sameAsTheFullParse fails if the fast path reads raw as anything but
+// what the full path reads, params included; it reports whether the fast
+// path took it.
+func sameAsTheFullParse(t *testing.T, raw []byte) bool {
+	t.Helper()
+	fast, ok := wire.FastRequest(raw)
+	if !ok {
+		return false
+	}
+	full, perr := wire.FullRequest(raw)
+	require.Nil(t, perr, "the fast path took what the full path refuses: %s", raw)
+	require.Equal(t, full.JSONRPC, fast.JSONRPC, "%s", raw)
+	require.Equal(t, full.ID, fast.ID, "%s", raw)
+	require.Equal(t, full.Method, fast.Method, "%s", raw)
+	require.Equal(t, string(full.Params), string(fast.Params), "%s", raw)
+	switch fast.Method {
+	case wire.MethodSend:
+		var a, b wire.SendParams
+		require.Nil(t, full.DecodeParams(&a), "%s", raw)
+		require.Nil(t, fast.DecodeParams(&b), "%s", raw)
+		require.Equal(t, a, b, "%s", raw)
+	case wire.MethodUpdateTask:
+		var a, b wire.UpdateParams
+		require.Nil(t, full.DecodeParams(&a), "%s", raw)
+		require.Nil(t, fast.DecodeParams(&b), "%s", raw)
+		require.Equal(t, a, b, "%s", raw)
+	default:
+		t.Fatalf("the fast path read method %q", fast.Method)
+	}
+	return true
+}
+
+// request is a send or an update made from fuzz bytes, as a runtime could
+// send it.
+func (s *source) request() (id uint64, method string, params any) {
+	id = uint64(s.byte())<<40 | uint64(s.byte())
+	for {
+		switch v := s.value().(type) {
+		case wire.SendParams, *wire.SendParams:
+			return id, wire.MethodSend, v
+		case wire.UpdateParams, *wire.UpdateParams:
+			return id, wire.MethodUpdateTask, v
+		}
+		if len(s.b) == 0 {
+			return id, wire.MethodSend, wire.SendParams{}
+		}
+	}
+}
+
+// FuzzFastRequestIsTheFullParse: whatever the fast path reads of a
+// request, it reads as the full path does. It is given the requests the
+// runtime encodes (which it must take when they are UTF-8), and those
+// bytes with one change (which it takes or leaves, never misreads).
+func FuzzFastRequestIsTheFullParse(f *testing.F) {
+	f.Add([]byte{}, uint16(0), byte(0))
+	f.Add([]byte{0, 7, 8, 5, 't', 'o', 'k', 'e', 'n', 1, 'b', 1, 't', 1, 1, 3, 'm', '-', '1'}, uint16(40), byte('x'))
+	f.Add([]byte{1, 2, 9, 3, 'a', 'b', 'c', 2, 't', '1', 9, 'c', 'o', 'm', 'p', 'l', 'e', 't', 'e', 'd', 1, 1, 2}, uint16(33), byte('"'))
+	f.Add(append([]byte{0, 1, 8}, bytes.Repeat([]byte("\x03a<b\x01\x02\x05\x06"), 40)...), uint16(77), byte('\\'))
+	f.Fuzz(func(t *testing.T, data []byte, at uint16, to byte) {
+		s := &source{b: data}
+		id, method, params := s.request()
+		raw, err := wire.EncodeRequest(id, method, params)
+		if err != nil {
+			return // a raw member that is not JSON: no runtime sends it
+		}
+		if !sameAsTheFullParse(t, raw) {
+			// Only a raw member's invalid UTF-8 is left out.
+			assert.False(t, utf8.Valid(raw), "the fast path left a runtime's request: %s", raw)
+		}
+		changed := bytes.Clone(raw)
+		changed[int(at)%len(changed)] = to
+		sameAsTheFullParse(t, changed)
+	})
+}
+
+// TestTheFastPathTakesTheRuntimesRequests: the sends and updates the
+// runtime encodes go the fast way (so the fuzz target's comparisons are
+// not vacuous); every other request, and any departure from the form,
+// goes the full way.
+func TestTheFastPathTakesTheRuntimesRequests(t *testing.T) {
+	text, data := "take seat 2? <b>&</b> \u2028 é \x00", "aGk="
+	msg := &wire.Message{MessageID: "m-1", Role: wire.RoleUser, Metadata: []byte(` {"k": "<v>"} `),
+		Parts: []wire.Part{{Kind: wire.KindText, Text: &text}, {Kind: wire.KindData, Data: []byte(`[1, {"a": 2}]`)}, {Kind: wire.KindFile, File: &wire.File{Name: "f", Bytes: &data}}}}
+	for _, r := range []struct {
+		method string
+		params any
+	}{
+		{wire.MethodSend, wire.SendParams{Token: "tok", To: "worker", Message: msg}},
+		{wire.MethodSend, &wire.SendParams{Token: "tok", TaskID: "t-1", Message: msg, Oneway: true, Metadata: []byte(`{"m":[]}`)}},
+		{wire.MethodSend, wire.SendParams{}},
+		{wire.MethodUpdateTask, wire.UpdateParams{Token: "tok", TaskID: "t-1", State: wire.StateCompleted}},
+		{wire.MethodUpdateTask, &wire.UpdateParams{Token: "tok", TaskID: "t-1", State: wire.StateWorking, Message: msg, MessageID: "u-1",
+			Artifacts: []wire.Artifact{{ArtifactID: "a", Name: "n", Parts: msg.Parts, Metadata: []byte(`{}`)}}}},
+	} {
+		raw, err := wire.EncodeRequest(1<<64-1, r.method, r.params)
+		require.NoError(t, err)
+		assert.True(t, sameAsTheFullParse(t, raw), "%s", raw)
+	}
+	// A raw member as deep as a request may nest on its own, but not
+	// where it sits, is the full path's to refuse.
+	deep := strings.Repeat("[", wire.MaxDepth-1) + strings.Repeat("]", wire.MaxDepth-1)
+	raw, err := wire.EncodeRequest(1, wire.MethodSend, wire.SendParams{Token: "t", Message: &wire.Message{Parts: []wire.Part{{Kind: wire.KindData, Data: []byte(deep)}}}})
+	require.NoError(t, err)
+	_, ok := wire.FastRequest(raw)
+	assert.False(t, ok, "the fast path took a part's data nested %d deep", wire.MaxDepth-1)
+	_, perr := wire.ParseRequest(raw, 0)
+	require.NotNil(t, perr, "too deep for a request")
+	assert.Equal(t, wire.ErrInvalidRequest.Code, perr.Code)
+	for _, raw := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.tasks.get","params":{"token":"t","taskId":"x"}}`,
+		`{"jsonrpc":"2.0","id":"1","method":"a2a.tasks.update","params":{"token":"t","taskId":"x","state":"completed"}}`,
+		`{"jsonrpc":"2.0","id":01,"method":"a2a.tasks.update","params":{"token":"t","taskId":"x","state":"completed"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.tasks.update","params":{"token":"t","taskId":"x","state":"completed"}} `,
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.tasks.update","params":{"taskId":"x","token":"t","state":"completed"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.tasks.update","params":{"token":"t","taskId":"x","state":"completed","token":"u"}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.tasks.update","params":{"token":"\ud800","taskId":"x","state":"completed"}}`,
+		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a2a.message.send\",\"params\":{\"token\":\"t\",\"message\":{\"messageId\":\"\",\"parts\":[],\"metadata\":\"\xff\"}}}",
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.message.send","params":{"token":"t","message":{"messageId":"","parts":[{"kind":"data","data":[1,}]}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"a2a.message.send","params":{"token":"t","message":null},"id":2}`,
+	} {
+		_, ok := wire.FastRequest([]byte(raw))
+		assert.False(t, ok, "the fast path took %s", raw)
+	}
+}
+
+func BenchmarkParseRequest(b *testing.B) {
+	text := "Shall we share the roundtable? I take seat 1."
+	raw, err := wire.EncodeRequest(17, wire.MethodSend, &wire.SendParams{Token: "5c2f7a8e9b0d4c1f8a6e3b2d1c0f9e8d5c2f7a8e9b0d4c1f", To: "discussant-2",
+		Message: &wire.Message{MessageID: "m-1", Parts: []wire.Part{{Kind: wire.KindText, Text: &text}}}})
+	require.NoError(b, err)
+	for _, c := range []struct {
+		name  string
+		parse func([]byte) (*wire.Request, *wire.Error)
+	}{{"full", wire.FullRequest}, {"ParseRequest", func(raw []byte) (*wire.Request, *wire.Error) { return wire.ParseRequest(raw, 0) }}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req, perr := c.parse(raw)
+				if perr != nil {
+					b.Fatal(perr)
+				}
+				var p wire.SendParams
+				if perr := req.DecodeParams(&p); perr != nil {
+					b.Fatal(perr)
 				}
 			}
 		})

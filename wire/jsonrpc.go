@@ -26,6 +26,26 @@ type Request struct {
 	ID      json.RawMessage `json:"id,omitempty"`
 	Method  string          `json:"method"`
 	Params  json.RawMessage `json:"params,omitempty"`
+	// decoded is Params decoded, when the fast path read the request.
+	decoded any
+}
+
+// DecodeParams decodes the request's params into v, as DecodeParams
+// does. Params the fast path read come already decoded.
+func (r *Request) DecodeParams(v any) *Error {
+	switch d := r.decoded.(type) {
+	case *SendParams:
+		if p, ok := v.(*SendParams); ok {
+			*p = *d
+			return nil
+		}
+	case *UpdateParams:
+		if p, ok := v.(*UpdateParams); ok {
+			*p = *d
+			return nil
+		}
+	}
+	return DecodeParams(r.Params, v)
 }
 
 // IsNotification reports whether the request has no id.
@@ -169,6 +189,15 @@ func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
 	if len(raw) > maxBytes {
 		return nil, ErrInvalidRequest.Withf("message of %d bytes is over the limit of %d", len(raw), maxBytes)
 	}
+	if req, ok := fastRequest(raw); ok {
+		return req, nil
+	}
+	return parseRequest(raw)
+}
+
+// parseRequest is ParseRequest's full path, for a request within the size
+// limit.
+func parseRequest(raw []byte) (*Request, *Error) {
 	if !utf8.Valid(raw) {
 		return nil, ErrParse.Withf("message is not valid UTF-8")
 	}
