@@ -74,7 +74,7 @@ type Applied struct {
 // Clone returns a deep copy of r.
 func (r *Record) Clone() *Record {
 	c := *r
-	c.Task = *r.Task.Clone()
+	r.Task.CloneInto(&c.Task)
 	c.Applied = slices.Clone(r.Applied)
 	return &c
 }

@@ -349,12 +349,20 @@ type Task struct {
 
 // Clone returns a deep copy of t: nothing the copy holds is shared with t.
 func (t *Task) Clone() *Task {
-	c := *t
+	c := new(Task)
+	t.CloneInto(c)
+	return c
+}
+
+// CloneInto makes *c a deep copy of t, as Clone does, without allocating
+// the Task itself: a record holding a Task copies it in place.
+func (t *Task) CloneInto(c *Task) {
+	*c = *t
 	c.Status.Message = t.Status.Message.Clone()
 	if t.History != nil {
 		c.History = make([]Message, len(t.History))
 		for i := range t.History {
-			c.History[i] = *t.History[i].Clone()
+			t.History[i].cloneInto(&c.History[i])
 		}
 	}
 	c.Artifacts = make([]Artifact, len(t.Artifacts))
@@ -364,7 +372,6 @@ func (t *Task) Clone() *Task {
 		c.Artifacts[i] = a
 	}
 	c.Metadata = bytes.Clone(t.Metadata)
-	return &c
 }
 
 // Clone returns a deep copy of m (nil for nil).
@@ -372,10 +379,15 @@ func (m *Message) Clone() *Message {
 	if m == nil {
 		return nil
 	}
-	c := *m
+	c := new(Message)
+	m.cloneInto(c)
+	return c
+}
+
+func (m *Message) cloneInto(c *Message) {
+	*c = *m
 	c.Parts = cloneParts(m.Parts)
 	c.Metadata = bytes.Clone(m.Metadata)
-	return &c
 }
 
 func cloneParts(ps []Part) []Part {
@@ -383,10 +395,14 @@ func cloneParts(ps []Part) []Part {
 		return nil
 	}
 	out := make([]Part, len(ps))
+	var texts []string // the parts' texts, copied in one allocation
 	for i, p := range ps {
 		if p.Text != nil {
-			s := *p.Text
-			p.Text = &s
+			if texts == nil {
+				texts = make([]string, 0, len(ps)-i)
+			}
+			texts = append(texts, *p.Text)
+			p.Text = &texts[len(texts)-1]
 		}
 		p.Data = bytes.Clone(p.Data)
 		p.Metadata = bytes.Clone(p.Metadata)

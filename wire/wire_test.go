@@ -187,3 +187,52 @@ func TestARequestNestsAtMostMaxDepthLevels(t *testing.T) {
 	_, perr = wire.ParseRequest([]byte(deepText), 1<<20)
 	assert.Nil(t, perr)
 }
+
+// TestCloneSharesNothing: a task's clone can be changed through every
+// pointer and slice it holds without changing the task.
+func TestCloneSharesNothing(t *testing.T) {
+	texts := []string{"a", "b", "c"}
+	file := "aGk="
+	msg := func() wire.Message {
+		return wire.Message{MessageID: "m", Metadata: []byte(`{"k":1}`), Parts: []wire.Part{
+			{Kind: wire.KindText, Text: &texts[0]}, {Kind: wire.KindData, Data: []byte(`[1]`)},
+			{Kind: wire.KindText, Text: &texts[1]}, {Kind: wire.KindFile, File: &wire.File{Bytes: &file}}, {Kind: wire.KindText, Text: &texts[2]},
+		}}
+	}
+	status := msg()
+	task := &wire.Task{ID: "t", Status: wire.TaskStatus{State: wire.StateWorking, Message: &status}, History: []wire.Message{msg(), msg()},
+		Artifacts: []wire.Artifact{{ArtifactID: "a", Parts: msg().Parts, Metadata: []byte(`{}`)}}, Metadata: []byte(`{"z":2}`)}
+	want, err := json.Marshal(task)
+	require.NoError(t, err)
+	c := task.Clone()
+	var into wire.Task
+	task.CloneInto(&into)
+	for _, c := range []*wire.Task{c, &into} {
+		require.Equal(t, task, c)
+		tamper := func(m *wire.Message) {
+			m.MessageID = "x"
+			m.Metadata[0] = 'X'
+			for i := range m.Parts {
+				p := &m.Parts[i]
+				if p.Text != nil {
+					*p.Text = "tampered"
+				}
+				if p.Data != nil {
+					p.Data[0] = 'X'
+				}
+				if p.File != nil {
+					p.File.Name = "x"
+				}
+			}
+		}
+		tamper(c.Status.Message)
+		for i := range c.History {
+			tamper(&c.History[i])
+		}
+		tamper(&wire.Message{Parts: c.Artifacts[0].Parts, Metadata: c.Artifacts[0].Metadata})
+		c.Metadata[0] = 'X'
+		got, err := json.Marshal(task)
+		require.NoError(t, err)
+		assert.JSONEq(t, string(want), string(got), "the clone shares something with the task")
+	}
+}
