@@ -20,3 +20,9 @@ var (
 	FastRequest = fastRequest
 	FullRequest = parseRequest
 )
+
+// FullResponse is DecodeResponse's full path.
+var FullResponse = decodeResponse
+
+// FastResult is DecodeResponse's fast path.
+var FastResult = fastResult

@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -278,6 +279,60 @@ func BenchmarkParseRequest(b *testing.B) {
 				var p wire.SendParams
 				if perr := req.DecodeParams(&p); perr != nil {
 					b.Fatal(perr)
+				}
+			}
+		})
+	}
+}
+
+// FuzzFastResultIsTheFullDecode: DecodeResponse reads every response as
+// its full path does, and takes every result EncodeResult writes the fast
+// way; the same bytes with one change it reads the same either way too.
+func FuzzFastResultIsTheFullDecode(f *testing.F) {
+	f.Add([]byte(`7`), []byte(`{"task":{"id":"t"}}`), uint16(0), byte('x'))
+	f.Add([]byte(`"x\"y"`), []byte(`[1, 2] `), uint16(30), byte('}'))
+	f.Add([]byte(`null`), []byte(`{"a":",\"error\":"}`), uint16(25), byte(' '))
+	f.Fuzz(func(t *testing.T, id, result []byte, at uint16, to byte) {
+		same := func(raw []byte) bool {
+			t.Helper()
+			fid, fres, ferr, fe := wire.DecodeResponse(raw)
+			wid, wres, werr, we := wire.FullResponse(raw)
+			require.Equal(t, wid, fid, "id of %q", raw)
+			require.Equal(t, wres, fres, "result of %q", raw)
+			require.Equal(t, werr, ferr, "error of %q", raw)
+			require.Equal(t, we == nil, fe == nil, "%q: %v, %v", raw, we, fe)
+			_, _, ok := wire.FastResult(raw)
+			return ok
+		}
+		raw, err := wire.EncodeResult(json.RawMessage(id), json.RawMessage(result))
+		if err != nil {
+			return
+		}
+		trimmed := func(b []byte) bool { return len(b) > 0 && bytes.Equal(bytes.TrimSpace(b), b) && json.Valid(b) }
+		if !same(raw) && trimmed(id) && trimmed(result) {
+			t.Errorf("the fast path left %q", raw)
+		}
+		changed := bytes.Clone(raw)
+		changed[int(at)%len(changed)] = to
+		same(changed)
+	})
+}
+
+func BenchmarkDecodeResponse(b *testing.B) {
+	ev := benchEvent()
+	task := *ev.Task
+	task.History = []wire.Message{*ev.Message}
+	raw, err := wire.EncodeResult(json.RawMessage("17"), wire.TaskResult{Task: &task})
+	require.NoError(b, err)
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) (json.RawMessage, json.RawMessage, *wire.Error, error)
+	}{{"full", wire.FullResponse}, {"DecodeResponse", wire.DecodeResponse}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := c.decode(raw); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})
