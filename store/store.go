@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -69,6 +70,51 @@ type Applied struct {
 	By     string `json:"by"`
 	Key    string `json:"key"`
 	Digest string `json:"digest"`
+}
+
+// Encode returns r as json.Marshal encodes it, byte for byte, written by
+// hand as the wire package writes the task: a durable store encodes a
+// record on every change.
+func (r *Record) Encode() ([]byte, error) {
+	b := make([]byte, 0, 256+max(r.Size, 0))
+	b = append(b, `{"task":`...)
+	b, err := wire.AppendMarshal(b, &r.Task)
+	if err != nil {
+		return nil, err
+	}
+	b = append(b, `,"requesterInstance":`...)
+	b = wire.AppendString(b, r.RequesterInstance)
+	b = append(b, `,"agentInstance":`...)
+	b = wire.AppendString(b, r.AssigneeInstance)
+	if r.Size != 0 {
+		b = append(b, `,"size":`...)
+		b = strconv.AppendInt(b, int64(r.Size), 10)
+	}
+	if r.SendKey != "" {
+		b = append(b, `,"sendKey":`...)
+		b = wire.AppendString(b, r.SendKey)
+	}
+	if r.SendDigest != "" {
+		b = append(b, `,"sendDigest":`...)
+		b = wire.AppendString(b, r.SendDigest)
+	}
+	if len(r.Applied) > 0 {
+		b = append(b, `,"applied":[`...)
+		for i, a := range r.Applied {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"by":`...)
+			b = wire.AppendString(b, a.By)
+			b = append(b, `,"key":`...)
+			b = wire.AppendString(b, a.Key)
+			b = append(b, `,"digest":`...)
+			b = wire.AppendString(b, a.Digest)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}'), nil
 }
 
 // Clone returns a deep copy of r.

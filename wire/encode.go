@@ -29,6 +29,20 @@ func Marshal(v any) ([]byte, error) {
 	return bytes.Clone(e.b), nil
 }
 
+// AppendMarshal appends what Marshal returns for v to dst.
+func AppendMarshal(dst []byte, v any) ([]byte, error) {
+	e := encoders.Get().(*encoder)
+	defer e.release()
+	if err := e.any(v); err != nil {
+		return dst, err
+	}
+	return append(dst, e.b...), nil
+}
+
+// AppendString appends s as json.Marshal writes a string: quoted, with
+// HTML's specials, U+2028 and U+2029 escaped and invalid UTF-8 replaced.
+func AppendString(dst []byte, s string) []byte { return appendString(dst, s) }
+
 // MarshalNotification encodes a JSON-RPC notification of method with
 // params, as json.Marshal encodes {"jsonrpc":"2.0","method":…,"params":…}.
 func MarshalNotification(method string, params any) ([]byte, error) {

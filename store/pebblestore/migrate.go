@@ -2,7 +2,6 @@ package pebblestore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -93,7 +92,7 @@ func copyTasks(src store.Store, db *pebble.DB) (int, error) {
 			return n, err
 		}
 		for _, rec := range recs {
-			data, err := json.Marshal(rec)
+			data, err := rec.Encode()
 			if err != nil {
 				return n, err
 			}

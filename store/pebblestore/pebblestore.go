@@ -19,7 +19,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -696,7 +695,7 @@ func upperBound(prefix []byte) []byte {
 
 // Create implements store.Store.
 func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) error {
-	data, err := json.Marshal(rec)
+	data, err := rec.Encode()
 	if err != nil {
 		return fmt.Errorf("pebblestore: encode task: %w", err)
 	}
@@ -830,7 +829,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 		if err := fn(rec); err != nil {
 			return err
 		}
-		data, err := json.Marshal(rec)
+		data, err := rec.Encode()
 		if err != nil {
 			return fmt.Errorf("pebblestore: encode task: %w", err)
 		}
