@@ -408,11 +408,21 @@ func cloneParts(ps []Part) []Part {
 		p.Metadata = bytes.Clone(p.Metadata)
 		if p.File != nil {
 			f := *p.File
+			f.Bytes, f.URI = cloneString(f.Bytes), cloneString(f.URI)
 			p.File = &f
 		}
 		out[i] = p
 	}
 	return out
+}
+
+// cloneString returns a pointer to a copy of *s (nil for nil).
+func cloneString(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	return &c
 }
 
 // WithoutHistory returns a shallow copy of t without its history, as

@@ -192,11 +192,11 @@ func TestARequestNestsAtMostMaxDepthLevels(t *testing.T) {
 // pointer and slice it holds without changing the task.
 func TestCloneSharesNothing(t *testing.T) {
 	texts := []string{"a", "b", "c"}
-	file := "aGk="
+	file, uri := "aGk=", "https://example.com/f" // both set: Clone copies what it is given
 	msg := func() wire.Message {
 		return wire.Message{MessageID: "m", Metadata: []byte(`{"k":1}`), Parts: []wire.Part{
 			{Kind: wire.KindText, Text: &texts[0]}, {Kind: wire.KindData, Data: []byte(`[1]`)},
-			{Kind: wire.KindText, Text: &texts[1]}, {Kind: wire.KindFile, File: &wire.File{Bytes: &file}}, {Kind: wire.KindText, Text: &texts[2]},
+			{Kind: wire.KindText, Text: &texts[1]}, {Kind: wire.KindFile, File: &wire.File{Bytes: &file, URI: &uri}}, {Kind: wire.KindText, Text: &texts[2]},
 		}}
 	}
 	status := msg()
@@ -222,6 +222,8 @@ func TestCloneSharesNothing(t *testing.T) {
 				}
 				if p.File != nil {
 					p.File.Name = "x"
+					*p.File.Bytes = "tampered"
+					*p.File.URI = "tampered"
 				}
 			}
 		}
