@@ -76,6 +76,7 @@ func scanHead(b []byte) (h head, ok bool) {
 // first, in this order, without spaces.
 var (
 	notePrefix   = []byte(`{"jsonrpc":"2.0","method":"`)
+	noteEnd      = []byte(`}}`) // params, then the notification
 	paramsOpen   = []byte(`,"params":{`)
 	paramsName   = []byte(`"params"`)
 	recipientKey = []byte(`"recipientContextId"`)
@@ -109,7 +110,8 @@ func holds(b, name []byte, at int) bool {
 // fastNote routes a notification in the form the broker writes it
 // without walking the rest of the line: "jsonrpc", "method", then
 // "params" whose first members up to "recipientContextId" are plain
-// strings. It gives the recipient only when no other member named
+// strings, and the line ends as the broker's do ("}}": a line cut short
+// goes to scanHead, which drops it). It gives the recipient only when no other member named
 // "params" or "recipientContextId" can follow: the rest of the line holds
 // neither name, nor an escape that could spell one (\u0040 to \u007f;
 // every other escape stands for a character outside those names). Then
@@ -117,8 +119,8 @@ func holds(b, name []byte, at int) bool {
 // Anything else reports false, and scanHead reads the line.
 func fastNote(b []byte) (recipient string, ok bool) {
 	rest, ok := bytes.CutPrefix(b, notePrefix)
-	if !ok {
-		return "", false
+	if !ok || !bytes.HasSuffix(rest, noteEnd) {
+		return "", false // not the form, or cut short: scanHead judges it
 	}
 	q := bytes.IndexByte(rest, '"') // the method's end
 	if q < 0 || bytes.IndexByte(rest[:q], '\\') >= 0 {

@@ -158,6 +158,8 @@ func fastNoteSeeds(t testing.TB) [][]byte {
 		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a\u0062"}}`,
 		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":""}}`,
 		"{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{\"recipientContextId\":\"\xff\"}}",
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a"`,
+		`{"jsonrpc":"2.0","method":"m","params":{"recipientContextId":"a"},]`,
 	} {
 		seeds = append(seeds, []byte(s))
 	}
