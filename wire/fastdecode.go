@@ -98,11 +98,11 @@ func fastRequest(raw []byte) (req *Request, ok bool) {
 	case d.opt(`"a2a.message.send","params":`):
 		req.Method = MethodSend
 		start := d.i
-		req.decoded, req.Params = d.sendParams(), raw[start:d.i]
+		req.decoded, req.Params = d.sendParams(), raw[start:d.i:d.i]
 	case d.opt(`"a2a.tasks.update","params":`):
 		req.Method = MethodUpdateTask
 		start := d.i
-		req.decoded, req.Params = d.updateParams(), raw[start:d.i]
+		req.decoded, req.Params = d.updateParams(), raw[start:d.i:d.i]
 	default:
 		return nil, false
 	}
@@ -116,7 +116,7 @@ func fastRequest(raw []byte) (req *Request, ok bool) {
 
 func (d *fastDecoder) sendParams() *SendParams {
 	p := &SendParams{}
-	p.Token = d.field(`{"token":`)
+	p.Token = d.secret(`{"token":`)
 	p.To = d.omitEmpty(`,"to":`)
 	p.TaskID = d.omitEmpty(`,"taskId":`)
 	d.lit(`,"message":`)
@@ -131,7 +131,7 @@ func (d *fastDecoder) sendParams() *SendParams {
 
 func (d *fastDecoder) updateParams() *UpdateParams {
 	p := &UpdateParams{}
-	p.Token = d.field(`{"token":`)
+	p.Token = d.secret(`{"token":`)
 	p.TaskID = d.field(`,"taskId":`)
 	p.State = State(d.field(`,"state":`))
 	if d.opt(`,"message":`) {
@@ -160,6 +160,8 @@ type fastDecoder struct {
 	next int
 	// maxRaw bounds the nesting of a raw member (nestedDeeper).
 	maxRaw int
+	// plain: the next strings are made anew, not looked up in seen.
+	plain bool
 }
 
 // fastDecoders keeps decoders, and the strings they have seen.
@@ -185,6 +187,15 @@ func (d *fastDecoder) opt(s string) bool {
 func (d *fastDecoder) field(name string) string {
 	d.lit(name)
 	return d.str()
+}
+
+// secret is field for a member that holds a secret (a token): its string
+// is made anew, never kept among the strings seen nor compared with them,
+// since the decoders and what they have seen are shared by every session.
+func (d *fastDecoder) secret(name string) string {
+	d.plain = true
+	defer func() { d.plain = false }()
+	return d.field(name)
 }
 
 // omitEmpty reads an optional string member.
@@ -278,7 +289,7 @@ func (d *fastDecoder) str() string {
 
 // short returns b as a string, the one made before if it repeats one.
 func (d *fastDecoder) short(b []byte) string {
-	if len(b) > 64 {
+	if len(b) > 64 || d.plain {
 		return string(b)
 	}
 	for _, s := range d.seen {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -150,6 +151,7 @@ func sameAsTheFullParse(t *testing.T, raw []byte) bool {
 	require.Equal(t, full.ID, fast.ID, "%s", raw)
 	require.Equal(t, full.Method, fast.Method, "%s", raw)
 	require.Equal(t, string(full.Params), string(fast.Params), "%s", raw)
+	require.Equal(t, len(fast.Params), cap(fast.Params), "the params can grow into the request: %s", raw)
 	switch fast.Method {
 	case wire.MethodSend:
 		var a, b wire.SendParams
@@ -301,7 +303,11 @@ func FuzzFastResultIsTheFullDecode(f *testing.F) {
 			require.Equal(t, wres, fres, "result of %q", raw)
 			require.Equal(t, werr, ferr, "error of %q", raw)
 			require.Equal(t, we == nil, fe == nil, "%q: %v, %v", raw, we, fe)
-			_, _, ok := wire.FastResult(raw)
+			id, result, ok := wire.FastResult(raw)
+			if ok {
+				require.Equal(t, len(id), cap(id), "the id can grow into the response: %q", raw)
+				require.Equal(t, len(result), cap(result), "the result can grow into the response: %q", raw)
+			}
 			return ok
 		}
 		raw, err := wire.EncodeResult(json.RawMessage(id), json.RawMessage(result))
@@ -337,4 +343,24 @@ func BenchmarkDecodeResponse(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestTokensAreNotKeptAmongTheStringsSeen: the fast path's decoders, and
+// the short strings they keep to hand out again, are shared by every
+// session; a token is made anew each time, never looked up among them.
+func TestTokensAreNotKeptAmongTheStringsSeen(t *testing.T) {
+	raw, err := wire.EncodeRequest(1, wire.MethodSend, wire.SendParams{Token: "5c2f7a8e9b0d4c1f8a6e3b2d1c0f9e8d", To: "worker", Message: &wire.Message{}})
+	require.NoError(t, err)
+	decode := func() wire.SendParams {
+		req, ok := wire.FastRequest(raw)
+		require.True(t, ok)
+		var p wire.SendParams
+		require.Nil(t, req.DecodeParams(&p))
+		return p
+	}
+	a, b := decode(), decode()
+	require.Equal(t, a.Token, b.Token)
+	// Compared as addresses (assert.Equal would compare what they point to).
+	assert.True(t, unsafe.StringData(a.To) == unsafe.StringData(b.To), "the recipient's name is kept, to be handed out again")
+	assert.True(t, unsafe.StringData(a.Token) != unsafe.StringData(b.Token), "the token was kept among the strings seen")
 }

@@ -356,7 +356,9 @@ func fastResult(raw []byte) (id, result json.RawMessage, ok bool) {
 	if end <= len(head) || !bytes.HasPrefix(raw[end:], []byte(mid)) {
 		return nil, nil, false
 	}
-	id, result = raw[len(head):end], raw[end+len(mid):len(raw)-1]
+	// Capped, as the full path's are: an append to either cannot write
+	// into raw.
+	id, result = raw[len(head):end:end], raw[end+len(mid):len(raw)-1:len(raw)-1]
 	if len(result) == 0 || isSpace(result[0]) || isSpace(result[len(result)-1]) || !validJSON(id) || !validJSON(result) {
 		return nil, nil, false
 	}
