@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -87,5 +88,19 @@ func BenchmarkEncode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestEncodeTakesAnySize: a record's size is a hint for the room Encode
+// makes ahead, and a size read back from a damaged store may be anything.
+func TestEncodeTakesAnySize(t *testing.T) {
+	for _, size := range []int{math.MaxInt, math.MaxInt - 255, math.MinInt, -1, 1 << 30} {
+		rec := fuzzRecord([]byte("\x02ab\x03cde"))
+		rec.Size = size
+		want, err := json.Marshal(rec)
+		require.NoError(t, err)
+		got, err := rec.Encode()
+		require.NoError(t, err)
+		assert.Equal(t, string(want), string(got), "size %d", size)
 	}
 }

@@ -72,11 +72,15 @@ type Applied struct {
 	Digest string `json:"digest"`
 }
 
+// maxSizeHint bounds the room Encode makes ahead for a record's task.
+const maxSizeHint = 1 << 20
+
 // Encode returns r as json.Marshal encodes it, byte for byte, written by
 // hand as the wire package writes the task: a durable store encodes a
 // record on every change.
 func (r *Record) Encode() ([]byte, error) {
-	b := make([]byte, 0, 256+max(r.Size, 0))
+	// Size, read back from disk, is only a hint here.
+	b := make([]byte, 0, 256+min(max(r.Size, 0), maxSizeHint))
 	b = append(b, `{"task":`...)
 	b, err := wire.AppendMarshal(b, &r.Task)
 	if err != nil {
