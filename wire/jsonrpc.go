@@ -365,8 +365,6 @@ func fastResult(raw []byte) (id, result json.RawMessage, ok bool) {
 	return id, result, true
 }
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
-
 // decodeResponse is DecodeResponse's full path.
 func decodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpcErr *Error, err error) {
 	env, err := decodeEnvelope(raw)

@@ -96,8 +96,11 @@ func validID(id []byte) bool {
 	return false
 }
 
+// isSpace reports whether c is JSON whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
 func skipSpace(raw []byte, i int) int {
-	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+	for i < len(raw) && isSpace(raw[i]) {
 		i++
 	}
 	return i
@@ -144,7 +147,7 @@ func skipValue(raw []byte, i int) int {
 		default:
 			i++
 		}
-		if depth == 0 && (i >= len(raw) || raw[i] == ',' || raw[i] == '}' || raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		if depth == 0 && (i >= len(raw) || raw[i] == ',' || raw[i] == '}' || isSpace(raw[i])) {
 			return i
 		}
 	}
