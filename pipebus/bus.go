@@ -78,6 +78,10 @@ type Bus struct {
 	readerWG sync.WaitGroup // the reader
 	writerWG sync.WaitGroup // the writer
 	handlers sync.WaitGroup // running handler calls
+	// work hands a request to an idle worker; workers are the goroutines
+	// that run them, ended by the bus's stop (or their idleness).
+	work    chan func()
+	workers sync.WaitGroup
 
 	dropped atomic.Uint64
 }
@@ -121,7 +125,7 @@ func New(r io.Reader, w io.Writer, cfg Config) *Bus {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Bus{cfg: cfg, r: r, w: w, log: cfg.Logger, ctx: ctx, cancel: cancel,
-		out: make(chan []byte, cfg.Queue), done: make(chan struct{})}
+		out: make(chan []byte, cfg.Queue), work: make(chan func()), done: make(chan struct{})}
 	b.hctx, b.hcancel = context.WithCancel(ctx)
 	b.writerWG.Add(1)
 	go b.writeLoop()
@@ -225,6 +229,7 @@ func (b *Bus) Close() error {
 	close(finished)
 	grace.Wait()
 	b.stop(nil)
+	b.workers.Wait()
 	b.writerWG.Wait()
 	if c, ok := b.w.(io.Closer); ok {
 		c.Close()
@@ -269,7 +274,7 @@ func (b *Bus) readLoop(h transport.Handler) {
 			return
 		}
 		b.handlers.Add(1)
-		go func() {
+		b.run(func() {
 			defer b.handlers.Done()
 			defer func() { <-sem }()
 			if resp := h.ServeRPC(b.hctx, from, line); resp != nil {
@@ -284,7 +289,39 @@ func (b *Bus) readLoop(h transport.Handler) {
 				}
 				b.respond(resp)
 			}
-		}()
+		})
+	}
+}
+
+// workerIdle is how long a worker waits for its next request before it
+// ends.
+var workerIdle = time.Second
+
+// run runs job on an idle worker, or a new one. Workers stay a while for
+// the next request: it then runs on a goroutine whose stack has already
+// grown to what serving takes, and no goroutine is started for it. At
+// most MaxInFlight jobs run at once, so there are no more workers.
+func (b *Bus) run(job func()) {
+	select {
+	case b.work <- job:
+	default:
+		b.workers.Go(func() { b.worker(job) })
+	}
+}
+
+func (b *Bus) worker(job func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		job()
+		idle.Reset(workerIdle)
+		select {
+		case job = <-b.work:
+		case <-idle.C:
+			return
+		case <-b.ctx.Done():
+			return
+		}
 	}
 }
 
