@@ -1,6 +1,8 @@
 package pebblestore
 
 import (
+	"time"
+
 	"context"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -26,3 +28,15 @@ func Compact(s *Store) error {
 
 // Compactions is how many compactions Pebble has finished.
 func Compactions(s *Store) int64 { return s.db.Metrics().Compact.Count }
+
+// LingerMin is the fewest changes a sync must carry for the syncer to
+// wait after it.
+const LingerMin = lingerMin
+
+// SetLinger makes the syncer's wait d, whatever the last sync took, until
+// undo.
+func SetLinger(d time.Duration) (undo func()) {
+	old := lingerFor
+	lingerFor = func(time.Duration) time.Duration { return d }
+	return func() { lingerFor = old }
+}

@@ -526,34 +526,78 @@ type group struct {
 	results []error
 }
 
+// lingerMin is the fewest changes a sync must have carried for the
+// syncer to wait for company before the next one.
+const lingerMin = 8
+
+// lingerFor bounds that wait, from how long the last sync took.
+var lingerFor = func(lastSync time.Duration) time.Duration { return 2 * lastSync }
+
 // sync syncs the log for the groups applied, as many at once as are
 // waiting, and answers their senders. A failed sync leaves it unknown
 // what reached the disk: the store fails every change from then on.
+//
+// Under load, the changes that arrive while one sync runs wait for the
+// next, and the senders split into cohorts that each get a sync of
+// their own: 64 senders shared one sync about 16 at a time. So after a
+// sync of lingerMin changes or more, the syncer waits for as many as
+// that sync carried, for at most lingerFor of its time: the senders it
+// has just answered are back within that, and the cohorts merge. With
+// 16 and 64 senders creating tasks, that made 44-57 % and 21-26 % more
+// creates a second, at a lower p50 latency (go test -bench, old and new
+// interleaved). A lone sender, or a few, never waits.
 func (s *Store) sync() {
 	var groups []*group
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	defer wait.Stop()
+	last, took := 0, time.Duration(0) // the last sync's changes, and its time
 	for g := range s.applied {
 		groups = append(groups[:0], g)
+		n, open := len(g.ops), true
 	more:
 		for {
 			select {
 			case g, ok := <-s.applied:
 				if !ok {
+					open = false
 					break more
 				}
 				groups = append(groups, g)
+				n += len(g.ops)
 			default:
 				break more
 			}
+		}
+		if open && last >= lingerMin && n < last {
+			wait.Reset(lingerFor(took))
+		linger:
+			for n < last {
+				select {
+				case g, ok := <-s.applied:
+					if !ok {
+						break linger // closing: what is here is synced now
+					}
+					groups = append(groups, g)
+					n += len(g.ops)
+				case <-wait.C:
+					break linger
+				}
+			}
+			wait.Stop()
 		}
 		err := s.failed()
 		if err == nil {
 			// A log record of its own, synced, syncs every batch
 			// before it.
+			start := time.Now()
 			if serr := fatalAsError(func() error { return s.db.LogData(syncMark, pebble.Sync) }); serr != nil {
 				err = fmt.Errorf("pebblestore: sync: %w", serr)
 				s.fail(err)
 			}
+			took = time.Since(start)
 		}
+		last = n
 		for _, g := range groups {
 			for i, o := range g.ops {
 				if err != nil {

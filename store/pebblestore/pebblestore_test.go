@@ -315,6 +315,95 @@ func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
 	assert.Equal(t, "t1", got.Task.ID)
 }
 
+// TestAfterABusySyncTheSyncerWaitsForCompany: after a sync that carried
+// LingerMin changes or more, the syncer waits (here as long as it takes)
+// until as many changes are there before the next sync, so that the
+// senders it has just answered share one. Close ends the wait: what is
+// waiting is synced and acknowledged.
+func TestAfterABusySyncTheSyncerWaitsForCompany(t *testing.T) {
+	defer pebblestore.SetLinger(time.Hour)()
+	dir := t.TempDir()
+	fs := newGatedFS(".log")
+	s, err := pebblestore.Open(dir, pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	defer s.Close()
+	defer close(fs.stop) // before the close, even when the test fails
+	ctx := context.Background()
+	n := 0
+	create := func() (string, chan error) {
+		n++
+		id, rec := fmt.Sprintf("t%03d", n), storetest.NewRecord(fmt.Sprintf("t%03d", n), "c", "a", "b", n)
+		done := make(chan error, 1)
+		go func() { done <- s.Create(ctx, rec, 0) }()
+		return id, done
+	}
+	// applied waits until the changes are applied (a read sees a change
+	// before its sync).
+	applied := func(ids ...string) {
+		require.Eventually(t, func() bool {
+			for _, id := range ids {
+				if _, err := s.Get(ctx, id); err != nil {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, time.Millisecond)
+	}
+	group := func(k int) ([]string, []chan error) {
+		var ids []string
+		var dones []chan error
+		for range k {
+			id, done := create()
+			ids, dones = append(ids, id), append(dones, done)
+		}
+		return ids, dones
+	}
+	answered := func(dones []chan error) {
+		for _, done := range dones {
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("a change was not acknowledged")
+			}
+		}
+	}
+
+	// A busy sync: LingerMin changes applied while the sync before them
+	// is held, so that the next one carries them all.
+	fs.armed.Store(true)
+	_, first := create()
+	<-fs.syncing
+	ids, busy := group(pebblestore.LingerMin)
+	applied(ids...)
+	close(fs.release)
+	answered(append(busy, first))
+
+	// A lone change now waits for company...
+	ids, later := group(1)
+	applied(ids...)
+	select {
+	case err := <-later[0]:
+		t.Fatalf("acknowledged (%v) without waiting after a busy sync", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// ...and goes with it once as many are there.
+	ids, more := group(pebblestore.LingerMin - 1)
+	applied(ids...)
+	answered(append(later, more...))
+
+	// Close ends a wait: the change is synced and acknowledged.
+	ids, last := group(1)
+	applied(ids...)
+	require.NoError(t, s.Close())
+	answered(last)
+	s, err = pebblestore.Open(dir, pebblestore.Options{})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Get(ctx, ids[0])
+	assert.NoError(t, err, "the change acknowledged at close is stored")
+}
+
 // TestAFailedSyncFailsTheStore: after a log sync fails, what reached the
 // disk is unknown: the change is not acknowledged, and neither is any
 // later one.
