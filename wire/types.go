@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -138,7 +137,7 @@ func (c *AgentCard) Validate(path string) error {
 	if !ValidName(c.Name) {
 		return fieldErr(path+".name", "must be 1 to %d of A-Za-z0-9._- (got %s)", MaxNameLen, Quote(c.Name))
 	}
-	return validMetadata(path+".metadata", c.Metadata)
+	return validMetadata(path, c.Metadata)
 }
 
 // MaxIDBytes is the longest session id (contextId) or instance id.
@@ -217,50 +216,77 @@ func FileURIPart(name, mimeType, uri string) Part {
 }
 
 // Validate checks that p is exactly one of the three shapes.
-func (p *Part) Validate(path string) error {
-	var present []string
-	if p.Text != nil {
-		present = append(present, "text")
+func (p *Part) Validate(path string) error { return p.validate(partPath{path, -1}) }
+
+// partPath names a part in an error: the part at owner, or (i >= 0) the
+// i-th of owner's parts. It is spelled out only for an error, so that a
+// valid message costs no strings.
+type partPath struct {
+	owner string
+	i     int
+}
+
+func (pp partPath) String() string {
+	if pp.i < 0 {
+		return pp.owner
 	}
-	if p.Data != nil {
-		present = append(present, "data")
-	}
-	if p.File != nil {
-		present = append(present, "file")
-	}
+	return pp.owner + ".parts[" + strconv.Itoa(pp.i) + "]"
+}
+
+func (p *Part) validate(path partPath) error {
 	switch p.Kind {
 	case KindText, KindData, KindFile:
 	case "":
-		return fieldErr(path+".kind", "required (text, data or file)")
+		return fieldErr(path.String()+".kind", "required (text, data or file)")
 	default:
-		return fieldErr(path+".kind", "must be text, data or file (got %s)", Quote(string(p.Kind)))
+		return fieldErr(path.String()+".kind", "must be text, data or file (got %s)", Quote(string(p.Kind)))
 	}
-	if len(present) != 1 || present[0] != string(p.Kind) {
-		return fieldErr(path, "a %s part has exactly the member %q (has %s)", p.Kind, string(p.Kind), listOrNone(present))
+	text, data, file := p.Text != nil, p.Data != nil, p.File != nil
+	own := (p.Kind == KindText && text) || (p.Kind == KindData && data) || (p.Kind == KindFile && file)
+	if !own || (text && data) || (text && file) || (data && file) {
+		var present []string
+		for _, m := range []struct {
+			name string
+			has  bool
+		}{{"text", text}, {"data", data}, {"file", file}} {
+			if m.has {
+				present = append(present, m.name)
+			}
+		}
+		return fieldErr(path.String(), "a %s part has exactly the member %q (has %s)", p.Kind, string(p.Kind), listOrNone(present))
 	}
 	if p.Kind == KindFile {
 		f := p.File
 		if (f.Bytes == nil) == (f.URI == nil) {
-			return fieldErr(path+".file", "needs exactly one of bytes and uri")
+			return fieldErr(path.String()+".file", "needs exactly one of bytes and uri")
 		}
 		if f.Bytes != nil {
 			if _, err := base64.StdEncoding.Strict().DecodeString(*f.Bytes); err != nil || strings.ContainsAny(*f.Bytes, "\r\n") {
-				return fieldErr(path+".file.bytes", "must be standard base64 with padding")
+				return fieldErr(path.String()+".file.bytes", "must be standard base64 with padding")
 			}
 		}
 	}
-	return validMetadata(path+".metadata", p.Metadata)
-}
-
-func validMetadata(field string, m json.RawMessage) error {
-	if m == nil {
-		return nil
-	}
-	t := bytes.TrimLeft(m, " \t\r\n")
-	if len(t) == 0 || (t[0] != '{' && !bytes.Equal(t, null)) {
-		return fieldErr(field, "must be an object")
+	if !metadataOK(p.Metadata) {
+		return fieldErr(path.String()+".metadata", "must be an object")
 	}
 	return nil
+}
+
+// validMetadata checks the metadata of the object at owner.
+func validMetadata(owner string, m json.RawMessage) error {
+	if !metadataOK(m) {
+		return fieldErr(owner+".metadata", "must be an object")
+	}
+	return nil
+}
+
+// metadataOK reports whether m is absent, null or an object.
+func metadataOK(m json.RawMessage) bool {
+	if m == nil {
+		return true
+	}
+	t := bytes.TrimLeft(m, " \t\r\n")
+	return len(t) > 0 && (t[0] == '{' || bytes.Equal(t, null))
 }
 
 // MaxParts is the most parts one message or artifact may have.
@@ -270,15 +296,16 @@ const MaxParts = 1000
 // is kept in memory and sent by every a2a.agents.list.
 const MaxCardBytes = 16 << 10
 
-func validParts(path string, parts []Part) error {
+// validParts checks the parts of the object at owner.
+func validParts(owner string, parts []Part) error {
 	if len(parts) == 0 {
-		return fieldErr(path, "needs at least one part")
+		return fieldErr(owner+".parts", "needs at least one part")
 	}
 	if len(parts) > MaxParts {
-		return fieldErr(path, "has %d parts; at most %d", len(parts), MaxParts)
+		return fieldErr(owner+".parts", "has %d parts; at most %d", len(parts), MaxParts)
 	}
 	for i := range parts {
-		if err := parts[i].Validate(fmt.Sprintf("%s[%d]", path, i)); err != nil {
+		if err := parts[i].validate(partPath{owner, i}); err != nil {
 			return err
 		}
 	}
@@ -299,13 +326,13 @@ type Message struct {
 
 // Validate checks a message as a client sends it.
 func (m *Message) Validate(path string) error {
-	if err := validParts(path+".parts", m.Parts); err != nil {
+	if err := validParts(path, m.Parts); err != nil {
 		return err
 	}
 	if len(m.MessageID) > MaxIDBytes {
 		return fieldErr(path+".messageId", "longer than %d bytes", MaxIDBytes)
 	}
-	return validMetadata(path+".metadata", m.Metadata)
+	return validMetadata(path, m.Metadata)
 }
 
 // Artifact is an output of a task, appended by updates.
@@ -318,10 +345,10 @@ type Artifact struct {
 
 // Validate checks an artifact as a client sends it.
 func (a *Artifact) Validate(path string) error {
-	if err := validParts(path+".parts", a.Parts); err != nil {
+	if err := validParts(path, a.Parts); err != nil {
 		return err
 	}
-	return validMetadata(path+".metadata", a.Metadata)
+	return validMetadata(path, a.Metadata)
 }
 
 // TaskStatus is a task's current state.
