@@ -99,6 +99,10 @@ func (e *encoder) value(v any) bool {
 		e.updateParams(&v)
 	case *UpdateParams:
 		e.updateParams(v)
+	case SendResult:
+		e.sendResult(&v)
+	case *SendResult:
+		e.sendResult(v)
 	default:
 		return false
 	}
@@ -251,6 +255,26 @@ func (e *encoder) taskResult(r *TaskResult) {
 	}
 	e.name(`{"task":`)
 	e.task(r.Task)
+	e.b = append(e.b, '}')
+}
+
+// sendResult writes a send's result: a push's is {"delivered":…}.
+func (e *encoder) sendResult(r *SendResult) {
+	if r == nil {
+		e.b = append(e.b, "null"...)
+		return
+	}
+	e.b = append(e.b, '{')
+	if r.Task != nil {
+		e.name(`"task":`)
+		e.task(r.Task)
+	}
+	if r.Delivered != "" {
+		if r.Task != nil {
+			e.b = append(e.b, ',')
+		}
+		e.field(`"delivered":`, r.Delivered)
+	}
 	e.b = append(e.b, '}')
 }
 

@@ -124,7 +124,17 @@ func (s *source) head() wire.EventHead {
 
 // value is one of the values Marshal writes by hand.
 func (s *source) value() any {
-	switch s.byte() % 10 {
+	switch s.byte() % 11 {
+	case 10:
+		var t *wire.Task
+		if s.bool() {
+			t = s.task()
+		}
+		r := wire.SendResult{Task: t, Delivered: s.str()}
+		if s.bool() {
+			return &r
+		}
+		return r
 	case 8:
 		p := wire.SendParams{Token: s.str(), To: s.str(), TaskID: s.str(), Message: s.message(), Oneway: s.bool(), Metadata: s.raw()}
 		if s.bool() {
@@ -266,6 +276,7 @@ func TestMarshalIsJSONMarshal(t *testing.T) {
 		&wire.SendParams{}, (*wire.SendParams)(nil), wire.SendParams{Message: &wire.Message{}},
 		wire.UpdateParams{Token: "t", TaskID: "x", State: wire.StateCompleted, Message: &msg, Artifacts: task.Artifacts, MessageID: "u-1"},
 		&wire.UpdateParams{Artifacts: []wire.Artifact{}}, (*wire.UpdateParams)(nil),
+		wire.SendResult{Task: task, Delivered: "w<1>"}, wire.SendResult{Delivered: "w-2"}, &wire.SendResult{Task: task}, wire.SendResult{}, (*wire.SendResult)(nil),
 		// Not written by hand: json.Marshal's own.
 		msg, task.Status, map[string]int{"b": 2, "a": 1}, nil,
 	} {
