@@ -34,9 +34,16 @@ func Compactions(s *Store) int64 { return s.db.Metrics().Compact.Count }
 const LingerMin = lingerMin
 
 // SetLinger makes the syncer's wait d, whatever the last sync took, until
-// undo.
+// undo. Set it before Open, and undo it after Close.
 func SetLinger(d time.Duration) (undo func()) {
 	old := lingerFor
 	lingerFor = func(time.Duration) time.Duration { return d }
 	return func() { lingerFor = old }
 }
+
+// Lingers is how many times the syncer has waited for company, and how
+// many of those waits ran out.
+func Lingers(s *Store) (waits, runOut int64) { return s.lingers.Load(), s.lingersRunOut.Load() }
+
+// LingerFor is the syncer's longest wait after a sync that took d.
+func LingerFor(d time.Duration) time.Duration { return lingerFor(d) }

@@ -404,6 +404,126 @@ func TestAfterABusySyncTheSyncerWaitsForCompany(t *testing.T) {
 	assert.NoError(t, err, "the change acknowledged at close is stored")
 }
 
+// lingerHarness drives a store whose log syncs a test can hold and fail.
+type lingerHarness struct {
+	t  *testing.T
+	s  *pebblestore.Store
+	fs *gatedFS
+	n  int
+}
+
+func newLingerHarness(t *testing.T) *lingerHarness {
+	fs := newGatedFS(".log")
+	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		close(fs.stop) // nothing is held from here on
+		s.Close()
+	})
+	return &lingerHarness{t: t, s: s, fs: fs}
+}
+
+// create sends k creates, each from a sender of its own, and returns
+// when all are applied (a read sees a change before its sync).
+func (h *lingerHarness) create(k int) []chan error {
+	var ids []string
+	var dones []chan error
+	for range k {
+		h.n++
+		id := fmt.Sprintf("t%03d", h.n)
+		rec := storetest.NewRecord(id, "c", "a", "b", h.n)
+		done := make(chan error, 1)
+		go func() { done <- h.s.Create(context.Background(), rec, 0) }()
+		ids, dones = append(ids, id), append(dones, done)
+	}
+	require.Eventually(h.t, func() bool {
+		for _, id := range ids {
+			if _, err := h.s.Get(context.Background(), id); err != nil {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, time.Millisecond)
+	return dones
+}
+
+// answers waits for each change's answer (failing the test if one does
+// not come) and returns them.
+func (h *lingerHarness) answers(dones []chan error) []error {
+	var errs []error
+	for _, done := range dones {
+		select {
+		case err := <-done:
+			errs = append(errs, err)
+		case <-time.After(30 * time.Second):
+			h.t.Fatal("a change was not answered")
+		}
+	}
+	return errs
+}
+
+// busySync makes the next sync carry k changes: they are applied while
+// the sync before them is held. The next sync is held too if holdNext.
+func (h *lingerHarness) busySync(k int, holdNext bool) (first, busy []chan error) {
+	h.fs.armed.Store(true)
+	first = h.create(1)
+	<-h.fs.syncing
+	busy = h.create(k)
+	h.fs.armed.Store(holdNext)
+	h.fs.release <- struct{}{}
+	if holdNext {
+		<-h.fs.syncing
+	}
+	return first, busy
+}
+
+// TestAWaitThatRunsOutIsNotRepeated: where changes do not come back as
+// their answers go out, a wait for company runs out; the sync after it
+// does not wait.
+func TestAWaitThatRunsOutIsNotRepeated(t *testing.T) {
+	defer pebblestore.SetLinger(100 * time.Millisecond)()
+	h := newLingerHarness(t)
+	first, busy := h.busySync(2*pebblestore.LingerMin, false)
+	for _, err := range h.answers(append(first, busy...)) {
+		require.NoError(t, err)
+	}
+	// Fewer than the busy sync carried: the wait runs out.
+	for _, err := range h.answers(h.create(pebblestore.LingerMin)) {
+		require.NoError(t, err)
+	}
+	waits, runOut := pebblestore.Lingers(h.s)
+	require.Equal(t, [2]int64{1, 1}, [2]int64{waits, runOut})
+	// The next sync does not wait.
+	require.NoError(t, h.answers(h.create(1))[0])
+	waits, _ = pebblestore.Lingers(h.s)
+	assert.Equal(t, int64(1), waits, "the sync after a wait that ran out waited")
+}
+
+// TestAFailedStoreDoesNotWaitForCompany: once a sync has failed, the
+// changes applied meanwhile get their error at once, however busy the
+// failed sync was.
+func TestAFailedStoreDoesNotWaitForCompany(t *testing.T) {
+	defer pebblestore.SetLinger(time.Hour)()
+	h := newLingerHarness(t)
+	first, busy := h.busySync(pebblestore.LingerMin, true) // the busy sync is held
+	require.NoError(t, h.answers(first)[0])
+	late := h.create(1)
+	h.fs.fail.Store(true)
+	h.fs.release <- struct{}{}
+	for _, err := range h.answers(append(busy, late...)) {
+		assert.Error(t, err)
+	}
+	waits, _ := pebblestore.Lingers(h.s)
+	assert.Zero(t, waits)
+}
+
+// TestAWaitIsBoundedByAMillisecond: the wait is twice the last sync's
+// time, but one slow sync (a disk's hiccup) makes no long wait.
+func TestAWaitIsBoundedByAMillisecond(t *testing.T) {
+	assert.Equal(t, 400*time.Microsecond, pebblestore.LingerFor(200*time.Microsecond))
+	assert.Equal(t, time.Millisecond, pebblestore.LingerFor(time.Second))
+}
+
 // TestAFailedSyncFailsTheStore: after a log sync fails, what reached the
 // disk is unknown: the change is not acknowledged, and neither is any
 // later one.
