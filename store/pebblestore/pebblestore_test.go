@@ -321,106 +321,58 @@ func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
 // senders it has just answered share one. Close ends the wait: what is
 // waiting is synced and acknowledged.
 func TestAfterABusySyncTheSyncerWaitsForCompany(t *testing.T) {
-	defer pebblestore.SetLinger(time.Hour)()
-	dir := t.TempDir()
-	fs := newGatedFS(".log")
-	s, err := pebblestore.Open(dir, pebblestore.WithFS(pebblestore.Options{}, fs))
-	require.NoError(t, err)
-	defer s.Close()
-	defer close(fs.stop) // before the close, even when the test fails
-	ctx := context.Background()
-	n := 0
-	create := func() (string, chan error) {
-		n++
-		id, rec := fmt.Sprintf("t%03d", n), storetest.NewRecord(fmt.Sprintf("t%03d", n), "c", "a", "b", n)
-		done := make(chan error, 1)
-		go func() { done <- s.Create(ctx, rec, 0) }()
-		return id, done
+	h := newLingerHarness(t, time.Hour)
+	first, busy := h.busySync(pebblestore.LingerMin, false)
+	for _, err := range h.answers(append(first, busy...)) {
+		require.NoError(t, err)
 	}
-	// applied waits until the changes are applied (a read sees a change
-	// before its sync).
-	applied := func(ids ...string) {
-		require.Eventually(t, func() bool {
-			for _, id := range ids {
-				if _, err := s.Get(ctx, id); err != nil {
-					return false
-				}
-			}
-			return true
-		}, 30*time.Second, time.Millisecond)
-	}
-	group := func(k int) ([]string, []chan error) {
-		var ids []string
-		var dones []chan error
-		for range k {
-			id, done := create()
-			ids, dones = append(ids, id), append(dones, done)
-		}
-		return ids, dones
-	}
-	answered := func(dones []chan error) {
-		for _, done := range dones {
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Fatal("a change was not acknowledged")
-			}
-		}
-	}
-
-	// A busy sync: LingerMin changes applied while the sync before them
-	// is held, so that the next one carries them all.
-	fs.armed.Store(true)
-	_, first := create()
-	<-fs.syncing
-	ids, busy := group(pebblestore.LingerMin)
-	applied(ids...)
-	close(fs.release)
-	answered(append(busy, first))
 
 	// A lone change now waits for company...
-	ids, later := group(1)
-	applied(ids...)
+	later := h.create(1)
 	select {
 	case err := <-later[0]:
 		t.Fatalf("acknowledged (%v) without waiting after a busy sync", err)
 	case <-time.After(100 * time.Millisecond):
 	}
 	// ...and goes with it once as many are there.
-	ids, more := group(pebblestore.LingerMin - 1)
-	applied(ids...)
-	answered(append(later, more...))
+	for _, err := range h.answers(append(later, h.create(pebblestore.LingerMin-1)...)) {
+		require.NoError(t, err)
+	}
 
 	// Close ends a wait: the change is synced and acknowledged.
-	ids, last := group(1)
-	applied(ids...)
-	require.NoError(t, s.Close())
-	answered(last)
-	s, err = pebblestore.Open(dir, pebblestore.Options{})
+	last := h.create(1)
+	id := fmt.Sprintf("t%03d", h.n)
+	require.NoError(t, h.s.Close())
+	require.NoError(t, h.answers(last)[0])
+	s, err := pebblestore.Open(h.dir, pebblestore.Options{})
 	require.NoError(t, err)
 	defer s.Close()
-	_, err = s.Get(ctx, ids[0])
+	_, err = s.Get(context.Background(), id)
 	assert.NoError(t, err, "the change acknowledged at close is stored")
 }
 
 // lingerHarness drives a store whose log syncs a test can hold and fail.
 type lingerHarness struct {
-	t  *testing.T
-	s  *pebblestore.Store
-	fs *gatedFS
-	n  int
+	t   *testing.T
+	dir string
+	s   *pebblestore.Store
+	fs  *gatedFS
+	n   int // the creates sent: the last one's id is t<n>
 }
 
-func newLingerHarness(t *testing.T) *lingerHarness {
+// newLingerHarness opens a store whose syncer waits linger for company,
+// until the test's end, after the store is closed.
+func newLingerHarness(t *testing.T, linger time.Duration) *lingerHarness {
+	t.Cleanup(pebblestore.SetLinger(linger))
 	fs := newGatedFS(".log")
-	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	dir := t.TempDir()
+	s, err := pebblestore.Open(dir, pebblestore.WithFS(pebblestore.Options{}, fs))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		close(fs.stop) // nothing is held from here on
 		s.Close()
 	})
-	return &lingerHarness{t: t, s: s, fs: fs}
+	return &lingerHarness{t: t, dir: dir, s: s, fs: fs}
 }
 
 // create sends k creates, each from a sender of its own, and returns
@@ -481,8 +433,7 @@ func (h *lingerHarness) busySync(k int, holdNext bool) (first, busy []chan error
 // their answers go out, a wait for company runs out; the sync after it
 // does not wait.
 func TestAWaitThatRunsOutIsNotRepeated(t *testing.T) {
-	defer pebblestore.SetLinger(100 * time.Millisecond)()
-	h := newLingerHarness(t)
+	h := newLingerHarness(t, 100*time.Millisecond)
 	first, busy := h.busySync(2*pebblestore.LingerMin, false)
 	for _, err := range h.answers(append(first, busy...)) {
 		require.NoError(t, err)
@@ -503,8 +454,7 @@ func TestAWaitThatRunsOutIsNotRepeated(t *testing.T) {
 // changes applied meanwhile get their error at once, however busy the
 // failed sync was.
 func TestAFailedStoreDoesNotWaitForCompany(t *testing.T) {
-	defer pebblestore.SetLinger(time.Hour)()
-	h := newLingerHarness(t)
+	h := newLingerHarness(t, time.Hour)
 	first, busy := h.busySync(pebblestore.LingerMin, true) // the busy sync is held
 	require.NoError(t, h.answers(first)[0])
 	late := h.create(1)
