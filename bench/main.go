@@ -329,19 +329,19 @@ func (r *runner) stores() {
 	r.add(limit)
 	durable := []struct {
 		name string
-		open func(dir string) (store.Store, error)
+		open func(dir string) (store.Tasks, error)
 	}{
-		{"pebble (the store)", func(dir string) (store.Store, error) { return pebblestore.Open(dir, pebblestore.Options{}) }},
-		{"bbolt (the earlier store)", func(dir string) (store.Store, error) { return boltstore.Open(dir, boltstore.Options{}) }},
+		{"pebble (the store)", func(dir string) (store.Tasks, error) { return pebblestore.Open(dir, pebblestore.Options{}) }},
+		{"bbolt (the earlier store)", func(dir string) (store.Tasks, error) { return boltstore.Open(dir, boltstore.Options{}) }},
 	}
 	for _, senders := range []int{1, 64} {
 		mem := r.run("store", fmt.Sprintf("create, memory, %d senders", senders), func(b *testing.B) {
-			storetest.BenchmarkCreate(b, func(*testing.B) store.Store { return store.NewMemory() }, senders)
+			storetest.BenchmarkCreate(b, func(*testing.B) store.Tasks { return store.NewMemory() }, senders)
 		})
 		r.add(mem)
 		for i, d := range durable {
 			res := r.run("store", fmt.Sprintf("create, %s, %d senders", d.name, senders), func(b *testing.B) {
-				storetest.BenchmarkCreate(b, func(b *testing.B) store.Store {
+				storetest.BenchmarkCreate(b, func(b *testing.B) store.Tasks {
 					s, err := d.open(b.TempDir())
 					if err != nil {
 						b.Fatal(err)

@@ -20,6 +20,8 @@ type Memory struct {
 	openByContext map[string]int
 	// sends indexes task ids by requester instance and SendKey.
 	sends map[sendKey]string
+	// regs holds the registrations by instance.
+	regs map[string]Registration
 }
 
 type sendKey struct{ instance, key string }
@@ -33,7 +35,47 @@ func NewMemory() *Memory {
 		byInstance:    map[string]map[string]struct{}{},
 		openByContext: map[string]int{},
 		sends:         map[sendKey]string{},
+		regs:          map[string]Registration{},
 	}
+}
+
+// PutRegistration implements Registry.
+func (m *Memory) PutRegistration(_ context.Context, reg Registration) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	reg.Card = slices.Clone(reg.Card)
+	m.regs[reg.Instance] = reg
+	return nil
+}
+
+// DeleteRegistration implements Registry.
+func (m *Memory) DeleteRegistration(_ context.Context, instance string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	delete(m.regs, instance)
+	return nil
+}
+
+// Registrations implements Registry.
+func (m *Memory) Registrations(context.Context) ([]Registration, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	out := make([]Registration, 0, len(m.regs))
+	for _, r := range m.regs {
+		r.Card = slices.Clone(r.Card)
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Registration) int { return cmp.Compare(a.Instance, b.Instance) })
+	return out, nil
 }
 
 // Create implements Store.

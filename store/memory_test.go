@@ -8,5 +8,9 @@ import (
 )
 
 func TestMemory(t *testing.T) {
-	storetest.Run(t, func(*testing.T) store.Store { return store.NewMemory() })
+	storetest.Run(t, func(*testing.T) store.Tasks { return store.NewMemory() })
+}
+
+func TestMemoryRegistrySuite(t *testing.T) {
+	storetest.RunRegistry(t, func(*testing.T) store.Store { return store.NewMemory() })
 }

@@ -2,7 +2,9 @@
 // written against, and Memory, its in-memory reference implementation.
 //
 // A store holds Records: a task as the wire shows it, plus what the
-// broker must know but never shows (the members' instance ids). Every
+// broker must know but never shows (the members' instance ids); and
+// Registrations, so that a restarted broker gives every agent its name
+// back (docs/PROTOCOL.md §4.1). Every
 // method is safe for concurrent use, returns copies the caller may change,
 // and reports a change as done only once it is as durable as the store
 // promises to make it.
@@ -10,6 +12,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strconv"
@@ -193,8 +196,15 @@ type Query struct {
 	MaxBytes int
 }
 
-// Store holds tasks.
+// Store holds the broker's durable state: its tasks, and the
+// registrations of its live agents, under one acknowledgement rule.
 type Store interface {
+	Tasks
+	Registry
+}
+
+// Tasks holds tasks.
+type Tasks interface {
 	// Create stores a new task, unless its requester's session
 	// (rec.Task.ContextID) already has maxOpen open tasks (ErrLimit;
 	// maxOpen <= 0 means no limit), or the id is taken (ErrExists).
@@ -242,4 +252,35 @@ type Retention struct {
 	// MaxTerminal keeps at most this many terminal tasks, the most
 	// recently updated.
 	MaxTerminal int
+}
+
+// Registration is one live agent as the store keeps it: what a restarted
+// broker needs to hold the agent's name and instance id for it until it
+// registers again. No token is kept: a returning agent gets a fresh one.
+type Registration struct {
+	// Instance is the agent's instance id: the key.
+	Instance string `json:"instance"`
+	// Session is the session (contextId) the agent registered in.
+	Session string `json:"session"`
+	// AgentID is the unique name the broker gave it.
+	AgentID string `json:"agentId"`
+	// Name is the card.name it asked for.
+	Name string `json:"name"`
+	// Card is its card as a2a.agents.list showed it.
+	Card json.RawMessage `json:"card,omitempty"`
+}
+
+// Registry keeps the registrations of live agents. A change is
+// acknowledged under the same rule as a task's: once it returns, it
+// survives whatever the store promises that a task survives.
+type Registry interface {
+	// PutRegistration stores reg, replacing the registration of its
+	// instance.
+	PutRegistration(ctx context.Context, reg Registration) error
+	// DeleteRegistration removes the registration of instance; there
+	// being none is no error.
+	DeleteRegistration(ctx context.Context, instance string) error
+	// Registrations returns every stored registration, in instance
+	// order.
+	Registrations(ctx context.Context) ([]Registration, error)
 }

@@ -2,7 +2,7 @@
 // bbolt file in the data directory, ACID, fsync'd on every commit. The
 // broker now keeps its tasks in store/pebblestore, which opens a data dir
 // of this store once, with every check this package makes, and migrates
-// its tasks. It remains a complete store.Store, and the benchmarks
+// its tasks. It remains a complete store.Tasks (a task store without registrations), and the benchmarks
 // compare it with its successor.
 package boltstore
 
@@ -78,7 +78,7 @@ type Options struct {
 	OnDataLoss     func(problem string)
 }
 
-// Store is the durable store. It implements store.Store.
+// Store is the durable store. It implements store.Tasks.
 type Store struct {
 	db  *bolt.DB
 	ops chan *op
@@ -94,7 +94,7 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-var _ store.Store = (*Store)(nil)
+var _ store.Tasks = (*Store)(nil)
 
 // op is one change waiting for the committer. fn either fails without
 // writing anything, or writes and succeeds: so a failing change does not
@@ -397,7 +397,7 @@ func (s *Store) view(fn func(tx *bolt.Tx) error) error {
 	return s.db.View(fn)
 }
 
-// Create implements store.Store.
+// Create implements store.Tasks.
 func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -527,7 +527,7 @@ func decodeRecord(id, data []byte) (*store.Record, error) {
 	return &rec, nil
 }
 
-// Get implements store.Store.
+// Get implements store.Tasks.
 func (s *Store) Get(_ context.Context, id string) (*store.Record, error) {
 	var rec *store.Record
 	err := s.view(func(tx *bolt.Tx) error {
@@ -538,7 +538,7 @@ func (s *Store) Get(_ context.Context, id string) (*store.Record, error) {
 	return rec, err
 }
 
-// FindSend implements store.Store.
+// FindSend implements store.Tasks.
 func (s *Store) FindSend(_ context.Context, instance, key string) (*store.Record, error) {
 	var rec *store.Record
 	err := s.view(func(tx *bolt.Tx) error {
@@ -553,7 +553,7 @@ func (s *Store) FindSend(_ context.Context, instance, key string) (*store.Record
 	return rec, err
 }
 
-// Update implements store.Store. fn runs inside the commit and may run
+// Update implements store.Tasks. fn runs inside the commit and may run
 // again if the commit is retried; it must only change the record.
 func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) error) (*store.Record, error) {
 	var out *store.Record
@@ -582,7 +582,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 	return out, nil
 }
 
-// List implements store.Store, from the indexes: by member instance
+// List implements store.Tasks, from the indexes: by member instance
 // (with the state kept in the index, so that only selected tasks are
 // read, and the two roles merged in id order), or the open tasks; only a
 // query of neither reads every task. It reads the tasks of the page, and
@@ -710,7 +710,7 @@ func seekAfter(c *bolt.Cursor, prefix []byte, after string) ([]byte, []byte) {
 	return k, v
 }
 
-// OpenCount implements store.Store: the sum of the per-session counts.
+// OpenCount implements store.Tasks: the sum of the per-session counts.
 func (s *Store) OpenCount(context.Context) (int, error) {
 	n := 0
 	err := s.view(func(tx *bolt.Tx) error {
@@ -732,7 +732,7 @@ func stateOpen(v []byte) bool {
 	return false
 }
 
-// Prune implements store.Store, walking the terminal tasks oldest first.
+// Prune implements store.Tasks, walking the terminal tasks oldest first.
 // It counts them in the same transaction, so it sees what earlier changes
 // of a shared commit did.
 func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (int, error) {
@@ -785,7 +785,7 @@ func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (in
 	return pruned, err
 }
 
-// Close implements store.Store: it stops taking changes, fails those still
+// Close implements store.Tasks: it stops taking changes, fails those still
 // queued with store.ErrClosed, and closes the file. Idempotent.
 func (s *Store) Close() error {
 	var err error

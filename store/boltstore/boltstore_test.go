@@ -31,13 +31,13 @@ func open(t *testing.T, dir string) *boltstore.Store {
 }
 
 func TestSuite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
+	storetest.Run(t, func(t *testing.T) store.Tasks { return open(t, t.TempDir()) })
 }
 
 func TestDurableSuite(t *testing.T) {
 	storetest.RunDurable(t, storetest.Durable{
-		Open:   func(t *testing.T, dir string) store.Store { return open(t, dir) },
-		Queued: func(s store.Store) int { return boltstore.Queued(s.(*boltstore.Store)) },
+		Open:   func(t *testing.T, dir string) store.Tasks { return open(t, dir) },
+		Queued: func(s store.Tasks) int { return boltstore.Queued(s.(*boltstore.Store)) },
 		CutShort: func(t *testing.T, dir string) string {
 			leftover := filepath.Join(dir, boltstore.FileName+".new")
 			require.NoError(t, os.WriteFile(leftover, nil, 0o600))

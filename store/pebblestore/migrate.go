@@ -67,7 +67,7 @@ func migrate(dir string, opts Options) error {
 
 // copyTasks writes every task of src, with its indexes, into db, in
 // synced batches of bounded size.
-func copyTasks(src store.Store, db *pebble.DB) (int, error) {
+func copyTasks(src store.Tasks, db *pebble.DB) (int, error) {
 	const batchBytes = 32 << 20
 	counts := map[string]uint64{}
 	t := &tx{Batch: db.NewIndexedBatch(), counts: counts, pending: map[string]uint64{}}

@@ -19,6 +19,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,8 +48,10 @@ import (
 // 2 adds the send index (roleSend) and the records' idempotency keys: a
 // version 1 store is one without them, and is marked 2 when opened, so
 // that a broker that knows only 1 (and would drop the keys on update)
-// refuses it.
-const SchemaVersion = 2
+// refuses it. 3 adds the registrations (pReg): a version 2 store opens
+// with none, and is marked 3, so that a broker that would leave them
+// stale refuses it.
+const SchemaVersion = 3
 
 // DirName is the name of the database folder in the data directory.
 const DirName = "tasks"
@@ -75,6 +78,7 @@ const (
 	pOpen   = 'o' // id -> requester's session (open tasks)
 	pCount  = 'c' // session -> number of open tasks it requested (8 bytes)
 	pEnded  = 'e' // updatedAt ms (8 bytes) id -> nil (terminal tasks)
+	pReg    = 'g' // instance -> registration JSON (schema 3)
 )
 
 const (
@@ -1147,6 +1151,38 @@ func (s *Store) Prune(ctx context.Context, r store.Retention, now time.Time) (in
 		return nil
 	})
 	return pruned, err
+}
+
+// PutRegistration implements store.Registry: one key a registration,
+// committed and synced as a task's change is.
+func (s *Store) PutRegistration(ctx context.Context, reg store.Registration) error {
+	data, err := json.Marshal(reg)
+	if err != nil {
+		return fmt.Errorf("pebblestore: %w", err)
+	}
+	return s.run(ctx, func(t *tx) error { return t.Set(key(pReg, reg.Instance), data, nil) })
+}
+
+// DeleteRegistration implements store.Registry.
+func (s *Store) DeleteRegistration(ctx context.Context, instance string) error {
+	return s.run(ctx, func(t *tx) error { return t.Delete(key(pReg, instance), nil) })
+}
+
+// Registrations implements store.Registry. A damaged registration is an
+// error: reading past it would hand its name to someone else.
+func (s *Store) Registrations(context.Context) ([]store.Registration, error) {
+	var out []store.Registration
+	err := s.view(func(r reader) error {
+		return walkAfter(r, []byte{pReg}, "", func(instance, v []byte) (bool, error) {
+			var reg store.Registration
+			if err := json.Unmarshal(v, &reg); err != nil || reg.Instance != string(instance) {
+				return false, fmt.Errorf("%w: the registration of %q does not decode", ErrCorrupt, instance)
+			}
+			out = append(out, reg)
+			return true, nil
+		})
+	})
+	return out, err
 }
 
 // Close implements store.Store: it stops taking changes, fails those still

@@ -47,13 +47,99 @@ func fill(t *testing.T, s *pebblestore.Store, n int) {
 }
 
 func TestSuite(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
+	storetest.Run(t, func(t *testing.T) store.Tasks { return open(t, t.TempDir()) })
+}
+
+func TestRegistrySuite(t *testing.T) {
+	storetest.RunRegistry(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
+	storetest.RunDurableRegistry(t, func(t *testing.T, dir string) store.Store { return open(t, dir) })
+}
+
+// A store of schema 2 (before the registrations) opens with none, keeps
+// its tasks, and is marked current.
+func TestASchema2StoreOpensWithNoRegistrations(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c1", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	db, err := pebble.Open(filepath.Join(dir, pebblestore.DirName), &pebble.Options{Logger: quiet{}})
+	require.NoError(t, err)
+	require.NoError(t, db.Set([]byte("mschema"), []byte("2"), pebble.Sync))
+	require.NoError(t, db.Close())
+
+	s = open(t, dir)
+	regs, err := s.Registrations(context.Background())
+	require.NoError(t, err)
+	assert.Empty(t, regs)
+	_, err = s.Get(context.Background(), "t1")
+	require.NoError(t, err)
+	require.NoError(t, s.PutRegistration(context.Background(), storetest.NewRegistration("a", "c1", "planner")))
+	require.NoError(t, s.Close())
+	db, err = pebble.Open(filepath.Join(dir, pebblestore.DirName), &pebble.Options{Logger: quiet{}})
+	require.NoError(t, err)
+	v, closer, err := db.Get([]byte("mschema"))
+	require.NoError(t, err)
+	assert.Equal(t, "3", string(v))
+	closer.Close()
+	require.NoError(t, db.Close())
+}
+
+// A registration that does not decode is an error, not skipped: reading
+// past it would give its name to another agent.
+func TestADamagedRegistrationIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	require.NoError(t, s.PutRegistration(context.Background(), storetest.NewRegistration("a", "c1", "planner")))
+	require.NoError(t, s.Close())
+	db, err := pebble.Open(filepath.Join(dir, pebblestore.DirName), &pebble.Options{Logger: quiet{}})
+	require.NoError(t, err)
+	require.NoError(t, db.Set([]byte("gb"), []byte("{not json"), pebble.Sync))
+	require.NoError(t, db.Close())
+
+	s = open(t, dir)
+	defer s.Close()
+	_, err = s.Registrations(context.Background())
+	assert.ErrorIs(t, err, pebblestore.ErrCorrupt)
+}
+
+// Registering and deregistering are acknowledged only after their log
+// sync, as a task's change is.
+func TestARegistrationIsAcknowledgedAfterItsLogSync(t *testing.T) {
+	for name, change := range map[string]func(s *pebblestore.Store) error{
+		"put": func(s *pebblestore.Store) error {
+			return s.PutRegistration(context.Background(), storetest.NewRegistration("a", "c1", "planner"))
+		},
+		"delete": func(s *pebblestore.Store) error { return s.DeleteRegistration(context.Background(), "a") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			fs := newGatedFS(".log")
+			s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+			require.NoError(t, err)
+			defer s.Close()
+			defer close(fs.stop)
+			done := make(chan error, 1)
+			fs.armed.Store(true)
+			go func() { done <- change(s) }()
+			select {
+			case <-fs.syncing:
+			case err := <-done:
+				t.Fatalf("acknowledged (%v) without a log sync", err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("acknowledged (%v) while its log sync was held", err)
+			default:
+			}
+			close(fs.release)
+			require.NoError(t, <-done)
+		})
+	}
 }
 
 func TestDurableSuite(t *testing.T) {
 	storetest.RunDurable(t, storetest.Durable{
-		Open:   func(t *testing.T, dir string) store.Store { return open(t, dir) },
-		Queued: func(s store.Store) int { return pebblestore.Queued(s.(*pebblestore.Store)) },
+		Open:   func(t *testing.T, dir string) store.Tasks { return open(t, dir) },
+		Queued: func(s store.Tasks) int { return pebblestore.Queued(s.(*pebblestore.Store)) },
 		CutShort: func(t *testing.T, dir string) string {
 			leftover := filepath.Join(dir, pebblestore.DirName+".new")
 			require.NoError(t, os.MkdirAll(leftover, 0o700))
@@ -213,7 +299,7 @@ func TestAnEmptiedStoreIsALoss(t *testing.T) {
 func BenchmarkCreate(b *testing.B) {
 	for _, senders := range []int{1, 64} {
 		b.Run(fmt.Sprintf("durable/senders=%d", senders), func(b *testing.B) {
-			storetest.BenchmarkCreate(b, func(b *testing.B) store.Store {
+			storetest.BenchmarkCreate(b, func(b *testing.B) store.Tasks {
 				s, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
 				require.NoError(b, err)
 				return s

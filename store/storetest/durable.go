@@ -19,9 +19,9 @@ import (
 // part of the suite, for durable stores.
 type Durable struct {
 	// Open opens the store in dir, creating it when there is none.
-	Open func(t *testing.T, dir string) store.Store
+	Open func(t *testing.T, dir string) store.Tasks
 	// Queued reports how many changes wait for the store's committer.
-	Queued func(s store.Store) int
+	Queued func(s store.Tasks) int
 	// CutShort leaves in dir what a first start killed mid-way leaves,
 	// and returns its path.
 	CutShort func(t *testing.T, dir string) string

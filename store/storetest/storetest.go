@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite every store.Store passes:
+// Package storetest is the conformance suite every store.Tasks passes:
 // the in-memory store and the durable one run the same tests.
 package storetest
 
@@ -22,10 +22,10 @@ import (
 
 // Run runs the suite. newStore returns a new, empty store; the suite
 // closes it.
-func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+func Run(t *testing.T, newStore func(t *testing.T) store.Tasks) {
 	tests := []struct {
 		name string
-		fn   func(*testing.T, store.Store)
+		fn   func(*testing.T, store.Tasks)
 	}{
 		{"CreateThenGetReturnsTheTask", testCreateGet},
 		{"CreateTwiceIsErrExists", testCreateExists},
@@ -89,7 +89,7 @@ func NewRecord(id, contextID, requester, assignee string, n int) *store.Record {
 
 func ctx() context.Context { return context.Background() }
 
-func testCreateGet(t *testing.T, s store.Store) {
+func testCreateGet(t *testing.T, s store.Tasks) {
 	rec := NewRecord("t1", "c1", "a", "b", 0)
 	require.NoError(t, s.Create(ctx(), rec, 0))
 	got, err := s.Get(ctx(), "t1")
@@ -103,18 +103,18 @@ func testCreateGet(t *testing.T, s store.Store) {
 	assert.Equal(t, "hello t1", *got.Task.History[0].Parts[0].Text)
 }
 
-func testCreateExists(t *testing.T, s store.Store) {
+func testCreateExists(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
 	err := s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 1), 0)
 	assert.ErrorIs(t, err, store.ErrExists)
 }
 
-func testGetUnknown(t *testing.T, s store.Store) {
+func testGetUnknown(t *testing.T, s store.Tasks) {
 	_, err := s.Get(ctx(), "nope")
 	assert.ErrorIs(t, err, store.ErrNotFound)
 }
 
-func testLimit(t *testing.T, s store.Store) {
+func testLimit(t *testing.T, s store.Tasks) {
 	for i := range 3 {
 		require.NoError(t, s.Create(ctx(), NewRecord(fmt.Sprint("t", i), "c1", "a", "b", i), 3))
 	}
@@ -125,7 +125,7 @@ func testLimit(t *testing.T, s store.Store) {
 	assert.NoError(t, s.Create(ctx(), NewRecord("t5", "c1", "a", "b", 5), 0))
 }
 
-func testLimitFreed(t *testing.T, s store.Store) {
+func testLimitFreed(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 1))
 	require.ErrorIs(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 1), 1), store.ErrLimit)
 	_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
@@ -136,7 +136,7 @@ func testLimitFreed(t *testing.T, s store.Store) {
 	assert.NoError(t, s.Create(ctx(), NewRecord("t2", "c1", "a", "b", 1), 1))
 }
 
-func testUpdate(t *testing.T, s store.Store) {
+func testUpdate(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
 	got, err := s.Update(ctx(), "t1", func(r *store.Record) error {
 		r.Task.Status.State = wire.StateWorking
@@ -151,7 +151,7 @@ func testUpdate(t *testing.T, s store.Store) {
 	assert.Len(t, again.Task.History, 2)
 }
 
-func testUpdateAbort(t *testing.T, s store.Store) {
+func testUpdateAbort(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
 	boom := errors.New("boom")
 	_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
@@ -164,12 +164,12 @@ func testUpdateAbort(t *testing.T, s store.Store) {
 	assert.Equal(t, wire.StateSubmitted, got.Task.Status.State)
 }
 
-func testUpdateUnknown(t *testing.T, s store.Store) {
+func testUpdateUnknown(t *testing.T, s store.Tasks) {
 	_, err := s.Update(ctx(), "nope", func(*store.Record) error { return nil })
 	assert.ErrorIs(t, err, store.ErrNotFound)
 }
 
-func testConcurrentUpdates(t *testing.T, s store.Store) {
+func testConcurrentUpdates(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
 	const n = 50
 	var wg sync.WaitGroup
@@ -188,7 +188,7 @@ func testConcurrentUpdates(t *testing.T, s store.Store) {
 	assert.Len(t, got.Task.History, n+1, "every concurrent append is kept")
 }
 
-func testConcurrentLimit(t *testing.T, s store.Store) {
+func testConcurrentLimit(t *testing.T, s store.Tasks) {
 	const limit, tries = 5, 40
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -213,7 +213,7 @@ func testConcurrentLimit(t *testing.T, s store.Store) {
 	assert.Equal(t, tries-limit, limited)
 }
 
-func testList(t *testing.T, s store.Store) {
+func testList(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
 	require.NoError(t, s.Create(ctx(), NewRecord("t2", "c1", "b", "a", 1), 0))
 	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c2", "c", "b", 2), 0))
@@ -247,7 +247,7 @@ func idsOf(rs []*store.Record) []string {
 	return out
 }
 
-func testListOrder(t *testing.T, s store.Store) {
+func testListOrder(t *testing.T, s store.Tasks) {
 	// Created out of id order, listed by id (the broker's ids sort in
 	// creation order; the store relies on nothing else).
 	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c1", "a", "b", 5), 0))
@@ -263,7 +263,7 @@ func testListOrder(t *testing.T, s store.Store) {
 // testListPages reads every query a page at a time: the pages, put
 // together, are the whole list, each page says whether more follow, and
 // a page starts after the id given, whether or not that task still exists.
-func testListPages(t *testing.T, s store.Store) {
+func testListPages(t *testing.T, s store.Tasks) {
 	for i := range 9 {
 		req, asg := "a", "b"
 		if i%3 == 1 {
@@ -309,7 +309,7 @@ func testListPages(t *testing.T, s store.Store) {
 	assert.False(t, more)
 }
 
-func testListMaxBytes(t *testing.T, s store.Store) {
+func testListMaxBytes(t *testing.T, s store.Tasks) {
 	for i := range 5 {
 		rec := NewRecord(fmt.Sprintf("t%d", i), "c1", "a", "b", i)
 		text := strings.Repeat("x", 10_000*(i+1))
@@ -329,7 +329,7 @@ func testListMaxBytes(t *testing.T, s store.Store) {
 	assert.False(t, more)
 }
 
-func testOpenCount(t *testing.T, s store.Store) {
+func testOpenCount(t *testing.T, s store.Tasks) {
 	n, err := s.OpenCount(ctx())
 	require.NoError(t, err)
 	assert.Zero(t, n)
@@ -346,7 +346,7 @@ func testOpenCount(t *testing.T, s store.Store) {
 	assert.Equal(t, 3, n)
 }
 
-func testCopies(t *testing.T, s store.Store) {
+func testCopies(t *testing.T, s store.Tasks) {
 	rec := NewRecord("t1", "c1", "a", "b", 0)
 	require.NoError(t, s.Create(ctx(), rec, 0))
 	rec.Task.Status.State = wire.StateFailed // the caller's copy, not the store's
@@ -373,7 +373,7 @@ func testCopies(t *testing.T, s store.Store) {
 	assert.Equal(t, "hello t1", *again.Task.History[0].Parts[0].Text)
 }
 
-func testClose(t *testing.T, s store.Store) {
+func testClose(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
 	require.NoError(t, s.Close())
 	require.NoError(t, s.Close())
@@ -388,7 +388,7 @@ func testClose(t *testing.T, s store.Store) {
 	assert.ErrorIs(t, err, store.ErrClosed)
 }
 
-func testPrune(t *testing.T, s store.Store) {
+func testPrune(t *testing.T, s store.Tasks) {
 	// Ten tasks, updated a minute apart; the even ones end.
 	for i := range 10 {
 		rec := NewRecord(fmt.Sprint("t", i), "c1", "a", "b", i)
@@ -435,7 +435,7 @@ func testPrune(t *testing.T, s store.Store) {
 // number of concurrent senders, each in its own session (so the cap does
 // not bind), and the p50 and p99 of one creation. newStore returns an
 // empty store.
-func BenchmarkCreate(b *testing.B, newStore func(b *testing.B) store.Store, senders int) {
+func BenchmarkCreate(b *testing.B, newStore func(b *testing.B) store.Tasks, senders int) {
 	s := newStore(b)
 	defer s.Close()
 	var next atomic.Int64
@@ -475,7 +475,7 @@ func WithSendKey(rec *store.Record, key, digest string) *store.Record {
 	return rec
 }
 
-func testFindSend(t *testing.T, s store.Store) {
+func testFindSend(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t1", "c1", "a", "b", 0), "m1", "d1"), 0))
 	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t2", "c2", "b", "a", 1), "m1", "d2"), 0))
 	require.NoError(t, s.Create(ctx(), NewRecord("t3", "c1", "a", "b", 2), 0))
@@ -505,7 +505,7 @@ func testFindSend(t *testing.T, s store.Store) {
 	assert.Equal(t, []string{"t1", "t2", "t3"}, idsOf(rs))
 }
 
-func testFindSendPruned(t *testing.T, s store.Store) {
+func testFindSendPruned(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), WithSendKey(NewRecord("t1", "c1", "a", "b", 0), "m1", "d1"), 0))
 	_, err := s.Update(ctx(), "t1", func(r *store.Record) error {
 		r.Task.Status.State = wire.StateCompleted
@@ -524,7 +524,7 @@ func testFindSendPruned(t *testing.T, s store.Store) {
 	assert.Equal(t, "t2", got.Task.ID)
 }
 
-func testApplied(t *testing.T, s store.Store) {
+func testApplied(t *testing.T, s store.Tasks) {
 	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
 	require.NoError(t, update(s, "t1", func(r *store.Record) { r.Apply("a", "mine", "d") }))
 	for i := range store.MaxApplied + 3 {
@@ -548,7 +548,7 @@ func testApplied(t *testing.T, s store.Store) {
 	assert.False(t, ok, "keys are per member")
 }
 
-func update(s store.Store, id string, fn func(*store.Record)) error {
+func update(s store.Tasks, id string, fn func(*store.Record)) error {
 	_, err := s.Update(ctx(), id, func(r *store.Record) error {
 		fn(r)
 		return nil
