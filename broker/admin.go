@@ -169,6 +169,26 @@ func (b *Broker) closeSession(revoker transport.SessionRevoker) func(context.Con
 					failed = err
 				}
 			}
+			// Agents of the session that have not come back since the
+			// broker started are let go too.
+			for _, h := range b.heldIn(p.ContextID) {
+				unlock := b.lockInstance(h.instance)
+				b.reg.mu.RLock()
+				still := b.reg.held[h.instance] == h
+				b.reg.mu.RUnlock()
+				var err *wire.Error
+				gone := false
+				if still {
+					gone, err = b.release(ctx, h.instance, h.session)
+				}
+				unlock()
+				if gone && h.id != "" {
+					res.Deregistered = append(res.Deregistered, h.id)
+				}
+				if err != nil && failed == nil {
+					failed = err
+				}
+			}
 			if failed != nil {
 				return nil, failed
 			}

@@ -2,9 +2,11 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,12 +66,15 @@ type Config struct {
 	// that large messages cannot make the replay window hold gigabytes;
 	// the oldest go first. 0 means DefaultReplayBytes.
 	ReplayBytes int
-	// OrphanTimeout is how long, after start, open tasks found in the
-	// store wait for their members to re-register before they are closed
-	// as if the member had deregistered; and how long a session with no
-	// agent and no subscriber keeps its notifications for replay. 0 means
-	// DefaultOrphanTimeout; negative disables the first and keeps
-	// notifications until the host closes the session.
+	// OrphanTimeout is how long, after start, the registrations and open
+	// tasks found in the store wait for their agents to register again:
+	// until then each agent's name and instance id are held for it, then
+	// they are let go and its open tasks closed as if it had
+	// deregistered. It is also how long a session with no agent and no
+	// subscriber keeps its notifications for replay. 0 means
+	// DefaultOrphanTimeout; negative holds names and tasks until their
+	// agents come back or their sessions close, and keeps notifications
+	// until the host closes the session.
 	OrphanTimeout time.Duration
 	// Retention bounds the terminal tasks kept in the store; open tasks
 	// are always kept. The zero value means DefaultRetention; set a field
@@ -86,8 +91,15 @@ type Config struct {
 	// HiddenSessions are sessions whose agents no delegate sees: they are
 	// not in a2a.agents.list, and a send without to never chooses them
 	// (the A2A gateway's own session, which acts for outside clients).
-	// They are agents like any other to everything else.
+	// They are agents like any other to everything else. They are the
+	// broker's own: a2a.sessions.open refuses them, so that no session
+	// credential is ever made for one.
 	HiddenSessions []string
+	// OwnedInstances are the instance ids of the broker's own agents (the
+	// A2A gateway's): they register only in one of HiddenSessions, so that
+	// no session can take such an agent's place or read its tasks, whether
+	// the agent is running or not.
+	OwnedInstances []string
 }
 
 // Broker is the A2A broker. It implements transport.Handler.
@@ -217,6 +229,9 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 				b.cancel()
 				return nil, fmt.Errorf("broker: bus method %q clashes with a broker method", name)
 			}
+			if name == wire.MethodSessionOpen {
+				fn = b.refuseHidden(fn)
+			}
 			b.methods[name] = method{host: true, serve: hostMethod(fn)}
 		}
 	}
@@ -231,6 +246,18 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 	}
 	b.log.Info("broker started", "epoch", b.epoch)
 	return b, nil
+}
+
+// refuseHidden wraps a2a.sessions.open: a hidden session is the
+// broker's own, and gets no session credential.
+func (b *Broker) refuseHidden(open transport.HostMethod) transport.HostMethod {
+	return func(ctx context.Context, params json.RawMessage) (any, error) {
+		var p wire.SessionParams
+		if wire.DecodeParams(params, &p) == nil && slices.Contains(b.cfg.HiddenSessions, p.ContextID) {
+			return nil, wire.ErrInvalidParams.Withf("contextId %s is the broker's own session", wire.Quote(p.ContextID))
+		}
+		return open(ctx, params)
+	}
 }
 
 // limitsFor derives the size limits from the message limit and from the

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/a2a-bus/a2a-bus/internal/secret"
+	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -104,9 +105,27 @@ type registry struct {
 	// names in use.
 	hint map[string]int
 	// orphans holds the instances the orphan sweep waits for (members of
-	// open tasks found at start) that have not registered again; nil once
-	// the sweep is done. Registrations delete from it, so it only shrinks.
+	// open tasks and held registrations found at start) that have not
+	// registered again; nil once the sweep is done. Registrations delete
+	// from it, so it only shrinks.
 	orphans map[string]bool
+	// held are the registrations found in the store at start whose
+	// agents have not registered again, by instance; heldIDs indexes
+	// those that hold a name by it. A held name is given to no one else,
+	// and a held instance registers only in its own session.
+	held    map[string]*hold
+	heldIDs map[string]*hold
+	// reserved are the agentIds of registrations being stored: given to
+	// no one else meanwhile.
+	reserved map[string]bool
+}
+
+// hold is a registration kept for an agent that has not come back since
+// the broker started.
+type hold struct {
+	instance, session string
+	id                string // its agentId; "" when another held it first
+	name              string // the card.name it asked for
 }
 
 func (r *registry) init() {
@@ -115,18 +134,29 @@ func (r *registry) init() {
 	r.byInstance = map[string]*agent{}
 	r.bySession = map[string]map[string]*agent{}
 	r.hint = map[string]int{}
+	r.held = map[string]*hold{}
+	r.heldIDs = map[string]*hold{}
+	r.reserved = map[string]bool{}
+}
+
+// taken reports whether an agentId is live, held or being stored. r.mu
+// is held.
+func (r *registry) taken(id string) bool {
+	_, live := r.byID[id]
+	_, held := r.heldIDs[id]
+	return live || held || r.reserved[id]
 }
 
 // uniqueID returns name, or name-N with the lowest free N >= 2. r.mu is
 // held.
 func (r *registry) uniqueID(name string) string {
-	if _, taken := r.byID[name]; !taken {
+	if !r.taken(name) {
 		return name
 	}
 	n := max(r.hint[name], 2)
 	for {
 		id := name + "-" + strconv.Itoa(n)
-		if _, taken := r.byID[id]; !taken {
+		if !r.taken(id) {
 			r.hint[name] = n + 1
 			return id
 		}
@@ -161,18 +191,7 @@ func (r *registry) remove(a *agent) {
 		if i, found := slices.BinarySearchFunc(r.sorted, a.id, byAgentID); found {
 			r.sorted = slices.Delete(r.sorted, i, i+1)
 		}
-		// A freed base-N lowers base's hint, keeping the lowest-free rule.
-		if i := strings.LastIndexByte(a.id, '-'); i > 0 {
-			if n, err := strconv.Atoi(a.id[i+1:]); err == nil && n >= 2 {
-				if h, ok := r.hint[a.id[:i]]; ok && n < h {
-					if n == 2 {
-						delete(r.hint, a.id[:i])
-					} else {
-						r.hint[a.id[:i]] = n
-					}
-				}
-			}
-		}
+		r.free(a.id)
 	}
 	delete(r.byToken, a.tokenHash)
 	if r.byInstance[a.instance] == a {
@@ -184,6 +203,53 @@ func (r *registry) remove(a *agent) {
 			delete(r.bySession, a.session)
 		}
 	}
+}
+
+// free lowers the hint of a base-N id that is no longer taken, keeping
+// the lowest-free rule. A hint only ever bounds the search from below,
+// so lowering one is always safe. r.mu is held.
+func (r *registry) free(id string) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 {
+		return
+	}
+	if n, err := strconv.Atoi(id[i+1:]); err == nil && n >= 2 {
+		if h, ok := r.hint[id[:i]]; ok && n < h {
+			if n == 2 {
+				delete(r.hint, id[:i])
+			} else {
+				r.hint[id[:i]] = n
+			}
+		}
+	}
+}
+
+// hold keeps a stored registration for its agent. A name already held
+// (a store that could not forget an earlier holder) is not held twice:
+// the instance is, without it. r.mu is held.
+func (r *registry) hold(reg store.Registration) {
+	h := &hold{instance: reg.Instance, session: reg.Session, id: reg.AgentID, name: reg.Name}
+	if h.id != "" && r.taken(h.id) {
+		h.id = ""
+	}
+	r.held[h.instance] = h
+	if h.id != "" {
+		r.heldIDs[h.id] = h
+	}
+}
+
+// unhold releases the hold of instance, if any. r.mu is held.
+func (r *registry) unhold(instance string) *hold {
+	h := r.held[instance]
+	if h == nil {
+		return nil
+	}
+	delete(r.held, instance)
+	if h.id != "" && r.heldIDs[h.id] == h {
+		delete(r.heldIDs, h.id)
+		r.free(h.id)
+	}
+	return h
 }
 
 // sessionLive reports whether a session has live agents.
@@ -297,7 +363,7 @@ func (b *Broker) heldCaller(from transport.Caller, req *wire.Request, v any, tok
 
 func errRevoked() *wire.Error { return wire.ErrUnauthorized.Withf("unknown or revoked token") }
 
-func (b *Broker) register(_ context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
+func (b *Broker) register(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	p, err := b.registration(from, req)
 	if err != nil {
 		return nil, err
@@ -308,7 +374,7 @@ func (b *Broker) register(_ context.Context, from transport.Caller, req *wire.Re
 	card := *p.Card
 	at := wire.NewTime(b.cfg.Now())
 	card.ContextID, card.RegisteredAt = p.ContextID, &at
-	if err := b.admit(a, &card); err != nil {
+	if err := b.admit(ctx, a, &card); err != nil {
 		return nil, err
 	}
 	b.log.Debug("agent registered", "agentId", a.id, "contextId", a.session)
@@ -347,28 +413,66 @@ func (b *Broker) registration(from transport.Caller, req *wire.Request) (*wire.R
 // counter).
 const maxSuffix = 12
 
-// admit names a (its agentId) and indexes it with its card, replacing the
-// instance's live registration in the same session. Everything that can
-// refuse it is checked before the old registration is revoked: a refused
-// registration leaves the old one as it was.
-func (b *Broker) admit(a *agent, card *wire.AgentCard) *wire.Error {
+// admit names a (its agentId), stores its registration and indexes it
+// with its card, replacing the instance's live registration in the same
+// session. Everything that can refuse it is checked, and the
+// registration stored, before the old registration is revoked: a
+// refused registration leaves the old one as it was.
+//
+// The name: a live or held registration of the same instance under the
+// same card.name keeps its agentId; any other gets the lowest free one,
+// reserved while it is stored, so that no concurrent registration takes
+// it meanwhile.
+func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wire.Error {
 	// One registration or departure of an instance at a time.
 	unlockInstance := b.lockInstance(a.instance)
 	defer unlockInstance()
-	r := &b.reg
-	r.mu.RLock()
-	old := r.byInstance[a.instance]
-	capsErr := b.capsAllow(old, a.session)
-	r.mu.RUnlock()
-	if old != nil && old.session != a.session {
-		return wire.ErrInvalidParams.Withf("instanceId is live in another session")
-	}
-	if capsErr != nil {
-		return capsErr
+	if b.ownedElsewhere(a.instance, a.session) {
+		return wire.ErrInvalidParams.Withf("instanceId belongs to the broker's own agent")
 	}
 	card.AgentID = a.name
 	if enc, err := json.Marshal(card); err != nil || len(enc)+maxSuffix > wire.MaxCardBytes {
 		return wire.ErrInvalidParams.Withf("card: more than %d bytes encoded", wire.MaxCardBytes-maxSuffix)
+	}
+	r := &b.reg
+	r.mu.Lock()
+	old := r.byInstance[a.instance]
+	h := r.held[a.instance]
+	var refused *wire.Error
+	switch {
+	case old != nil && old.session != a.session:
+		refused = wire.ErrInvalidParams.Withf("instanceId is live in another session")
+	case h != nil && h.session != a.session:
+		refused = wire.ErrInvalidParams.Withf("instanceId is held for another session: it was registered there when the broker stopped, and is kept for it until it registers again, its session closes, or the orphan timeout passes")
+	default:
+		refused = b.capsAllow(old, a.session)
+	}
+	if refused != nil {
+		r.mu.Unlock()
+		return refused
+	}
+	reserved := false
+	switch {
+	case old != nil && old.name == a.name:
+		a.id = old.id
+	case h != nil && h.id != "" && h.name == a.name:
+		a.id = h.id
+	default:
+		a.id = r.uniqueID(a.name)
+		r.reserved[a.id], reserved = true, true
+	}
+	r.mu.Unlock()
+	card.AgentID = a.id
+	a.card, _ = json.Marshal(card) // checked above, but for the suffix
+	err := b.store.PutRegistration(ctx, store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name, Card: a.card})
+	if err != nil {
+		if reserved {
+			r.mu.Lock()
+			delete(r.reserved, a.id)
+			r.free(a.id)
+			r.mu.Unlock()
+		}
+		return b.storeFailure("store the registration", err)
 	}
 	if old != nil {
 		// The same delegate registering again in its session replaces its
@@ -382,17 +486,18 @@ func (b *Broker) admit(a *agent, card *wire.AgentCard) *wire.Error {
 	defer r.mu.Unlock()
 	if old != nil {
 		r.remove(old)
-		if old.name == a.name {
-			a.id = old.id // removed above, in this same critical section: free
-		}
 	}
-	if a.id == "" {
-		a.id = r.uniqueID(a.name)
-	}
-	card.AgentID = a.id
-	a.card, _ = json.Marshal(card) // checked above, but for the suffix
+	r.unhold(a.instance)
+	delete(r.reserved, a.id)
 	r.add(a)
 	return nil
+}
+
+// ownedElsewhere reports whether instance is the id of one of the
+// broker's own agents (Config.OwnedInstances), which register only in a
+// hidden session, and session is not one.
+func (b *Broker) ownedElsewhere(instance, session string) bool {
+	return slices.Contains(b.cfg.OwnedInstances, instance) && !slices.Contains(b.cfg.HiddenSessions, session)
 }
 
 // capsAllow checks the live-agent caps for a new registration in
@@ -448,7 +553,14 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 	b.reg.mu.Unlock()
 	b.pushes.forget(a.instance)
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
-	if err := b.closeTasksOf(context.WithoutCancel(ctx), a.instance, a.session); err != nil {
+	ctx = context.WithoutCancel(ctx)
+	if err := b.store.DeleteRegistration(ctx, a.instance); err != nil {
+		// Its name stays in the store: a restart holds it until the
+		// orphan timeout, then lets it go.
+		b.log.Error("deregistered agent's registration not removed from the store", "agentId", a.id, "error", err)
+		return true, wire.ErrInternal.Withf("the agent is deregistered, but removing its registration from the store failed")
+	}
+	if err := b.closeTasksOf(ctx, a.instance, a.session); err != nil {
 		b.log.Error("deregistered agent's tasks not all closed", "agentId", a.id, "error", err.Message)
 		return true, wire.ErrInternal.Withf("the agent is deregistered, but closing its tasks failed: %s", err.Message)
 	}
