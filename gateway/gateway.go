@@ -37,7 +37,11 @@ import (
 // DefaultSession is the gateway's session.
 const DefaultSession = "a2a-gateway"
 
-// Instance is the instance id of the gateway's agent.
+// Instance is the instance id of the gateway's agent when
+// Config.Instance is "": a well-known id, which the gateway of a2a-bus
+// serve no longer uses (it keeps one of its own, KeptInstance). A broker
+// owns it all the same (broker.Config.OwnedInstances), so that no
+// session can read the tasks an earlier version's gateway left under it.
 const Instance = "a2a-gateway"
 
 // pollEvery is how often a waiting request reads its task again, events
@@ -50,6 +54,11 @@ type Config struct {
 	// Session is the gateway's own session; it must be one of the
 	// broker's HiddenSessions. "" means DefaultSession.
 	Session string
+	// Instance is the instance id of the gateway's agent; it should be
+	// one of the broker's OwnedInstances, so that no session can take it.
+	// The same id on every run of a broker gives the gateway its tasks
+	// back (KeptInstance). "" means Instance.
+	Instance string
 	// Token is the bearer token every request must carry.
 	Token string
 	// BaseURL is where the gateway is served (http://127.0.0.1:port); the
@@ -101,6 +110,9 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 	if cfg.Session == "" {
 		cfg.Session = DefaultSession
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = Instance
+	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = wire.DefaultMaxMessageBytes
 	}
@@ -119,9 +131,10 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 		sess.Close()
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	// A fixed instance id: after a restart of the broker (or of serve) the
-	// gateway's agent gets its tasks back, and its clients with them.
-	d, err := rt.SpawnInstance(ctx, wire.AgentCard{Name: "a2a-gateway", Description: "acts for the A2A clients of the gateway"}, Instance)
+	// A kept instance id: after a restart of the broker (or of serve) the
+	// gateway's agent gets its name and tasks back, and its clients with
+	// them.
+	d, err := rt.SpawnInstance(ctx, wire.AgentCard{Name: "a2a-gateway", Description: "acts for the A2A clients of the gateway"}, cfg.Instance)
 	if err != nil {
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register: %w", err)

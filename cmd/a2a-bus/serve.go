@@ -230,7 +230,12 @@ func (o *serveOptions) validate() error {
 
 func ptr[T any](v T) *T { return &v }
 
-func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Config {
+// brokerConfig is the broker's config from the flags. The A2A gateway's
+// session and agent are the broker's own whether the gateway is on or
+// off: no session can open the one or register the other, so that none
+// can read what the gateway's clients left in the store. gatewayInstance
+// is the gateway agent's id, kept in the data dir.
+func (o *serveOptions) brokerConfig(st store.Store, gatewayInstance string, log *slog.Logger) broker.Config {
 	orphan := o.orphanTimeout
 	if orphan == 0 {
 		orphan = -1 // the flag's 0 disables; the Config's 0 is the default
@@ -253,6 +258,8 @@ func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) broker.Con
 		ReplayWindow:        o.replayWindow,
 		OrphanTimeout:       orphan,
 		Logger:              log,
+		HiddenSessions:      []string{gateway.DefaultSession},
+		OwnedInstances:      []string{gatewayInstance, gateway.Instance},
 	}
 }
 
@@ -314,18 +321,18 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	if err := claim.Write(info); err != nil {
 		return err
 	}
-	cfg := o.brokerConfig(st, log)
-	if gwListener != nil {
-		cfg.HiddenSessions = []string{gateway.DefaultSession}
+	gwInstance, err := gateway.KeptInstance(o.dataDir)
+	if err != nil {
+		return err
 	}
-	b, err := broker.New(ctx, bus, cfg)
+	b, err := broker.New(ctx, bus, o.brokerConfig(st, gwInstance, log))
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 	stopGateway := func() {}
 	if gwListener != nil {
-		if stopGateway, err = startGateway(ctx, bus, gwListener, info, o, log); err != nil {
+		if stopGateway, err = startGateway(ctx, bus, gwListener, info, gwInstance, o, log); err != nil {
 			return err
 		}
 	}
@@ -347,12 +354,12 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 // startGateway serves the A2A 1.0 gateway on ln, as a client of the
 // broker through an in-process connection. stop ends its streams, lets
 // its agent go and closes the HTTP server, within a second.
-func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info connfile.Info, o serveOptions, log *slog.Logger) (stop func(), err error) {
+func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info connfile.Info, instance string, o serveOptions, log *slog.Logger) (stop func(), err error) {
 	client, err := bus.Connect(natsbus.ClientConfig{})
 	if err != nil {
 		return nil, err
 	}
-	g, err := gateway.New(ctx, client, gateway.Config{Token: info.A2AToken, BaseURL: info.A2AURL, MaxBodyBytes: int64(o.maxMessageBytes), Version: version.String(), Logger: log})
+	g, err := gateway.New(ctx, client, gateway.Config{Instance: instance, Token: info.A2AToken, BaseURL: info.A2AURL, MaxBodyBytes: int64(o.maxMessageBytes), Version: version.String(), Logger: log})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -425,7 +432,12 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	defer st.Close()
 	in, out := pipebus.Stdio(log)
 	bus := pipebus.New(in, out, pipebus.Config{MaxMessageBytes: o.maxMessageBytes, Logger: log})
-	b, err := broker.New(ctx, bus, o.brokerConfig(st, log))
+	gwInstance, err := gateway.KeptInstance(o.dataDir)
+	if err != nil {
+		bus.Close()
+		return err
+	}
+	b, err := broker.New(ctx, bus, o.brokerConfig(st, gwInstance, log))
 	if err != nil {
 		bus.Close()
 		return err
