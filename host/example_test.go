@@ -14,7 +14,9 @@ import (
 func ExampleOpen() {
 	ctx := context.Background()
 	kind, _ := host.ParseBus("nats") // from the host's config
-	h, err := host.Open(ctx, host.Config{Bus: kind})
+	// Memory: a throwaway host. Leave it out and the broker keeps its tasks
+	// and names in the platform's state folder, across restarts.
+	h, err := host.Open(ctx, host.Config{Bus: kind, Memory: true})
 	if err != nil {
 		fmt.Println(err)
 		return

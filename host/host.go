@@ -88,11 +88,20 @@ type Config struct {
 	// must speak the pipe on its stdio. nil means a2a-bus serve --bus=pipe
 	// from PATH.
 	BrokerCommand []string
-	// DataDir is where a broker this host starts keeps its durable task
-	// store: in this process (NATS without a connection file, Fake), or
-	// passed to a Pipe child that runs the default command. "" keeps
-	// tasks in memory. Ignored when Broker.Store is set.
+	// DataDir is where a broker this host starts keeps its durable
+	// store of tasks and registrations: in this process (NATS without a
+	// connection file, Fake), or passed to a Pipe child that runs the
+	// default command. "" means the platform's state folder, as for
+	// a2a-bus serve (DefaultDataDir), so that a restarted broker keeps
+	// every acknowledged task and every delegate's name. One data dir
+	// serves one broker at a time: a second is refused
+	// (pebblestore.ErrLocked). Ignored when Broker.Store is set.
 	DataDir string
+	// Memory keeps tasks and registrations in memory only: a restart of
+	// the broker loses them (delegates waiting on a lost task are told,
+	// runtime.Resync.Lost). For tests and throwaway hosts; DataDir must
+	// be "".
+	Memory bool
 	// Broker configures the broker when it runs in this process (NATS
 	// without a connection file, Fake).
 	Broker broker.Config
@@ -104,12 +113,43 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultDataDir is the data dir a host's broker uses when
+// Config.DataDir is "": the platform's state folder, where a2a-bus serve
+// keeps its own by default (docs/PROTOCOL.md §2.2).
+func DefaultDataDir() (string, error) { return connfile.DefaultDataDir() }
+
+// dataDir resolves the data dir a broker this host starts uses: "" for
+// memory.
+func (cfg *Config) dataDir() (string, error) {
+	switch {
+	case cfg.Memory && cfg.DataDir != "":
+		return "", errors.New("host: Memory and DataDir both set: choose one")
+	case cfg.Memory:
+		return "", nil
+	case cfg.DataDir != "":
+		return cfg.DataDir, nil
+	}
+	d, err := DefaultDataDir()
+	if err != nil {
+		return "", fmt.Errorf("host: no data dir (%w): set Config.DataDir, or Config.Memory to keep tasks in memory", err)
+	}
+	return d, nil
+}
+
 // openDataDir opens the durable store of a broker in this process.
 func (h *Host) openDataDir() error {
-	if h.cfg.Broker.Store != nil || h.cfg.DataDir == "" {
+	if h.cfg.Broker.Store != nil {
 		return nil
 	}
+	dir, err := h.cfg.dataDir()
+	if err != nil || dir == "" {
+		return err
+	}
+	h.cfg.DataDir = dir
 	st, err := pebblestore.Open(h.cfg.DataDir, pebblestore.Options{Logger: h.cfg.Logger})
+	if errors.Is(err, pebblestore.ErrLocked) {
+		return fmt.Errorf("host: %w: another broker (a2a-bus serve, or another host) uses this data dir; join it with Config.ConnectionFile, or give this host its own Config.DataDir", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -219,6 +259,11 @@ func (h *Host) dialNATS(ctx context.Context, path string) error {
 func (h *Host) startPipe(ctx context.Context) error {
 	argv := h.cfg.BrokerCommand
 	if len(argv) == 0 {
+		dir, err := h.cfg.dataDir()
+		if err != nil {
+			return err
+		}
+		h.cfg.DataDir = dir
 		argv = []string{"a2a-bus", "serve", "--bus=pipe", "--data-dir=" + h.cfg.DataDir}
 	}
 	return h.rejoin(ctx, func(ctx context.Context) (*link, error) {

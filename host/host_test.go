@@ -31,8 +31,8 @@ func ctxT(t *testing.T) context.Context {
 // pipe to a real child process.
 func eachBus(t *testing.T, fn func(t *testing.T, h *host.Host)) {
 	configs := map[string]func(t *testing.T) host.Config{
-		"fake": func(*testing.T) host.Config { return host.Config{Bus: host.Fake} },
-		"nats": func(*testing.T) host.Config { return host.Config{Bus: host.NATS} },
+		"fake": func(*testing.T) host.Config { return host.Config{Bus: host.Fake, Memory: true} },
+		"nats": func(*testing.T) host.Config { return host.Config{Bus: host.NATS, Memory: true} },
 		"pipe": func(t *testing.T) host.Config {
 			return host.Config{Bus: host.Pipe, BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir=", "--log-level=warn"}}
 		},

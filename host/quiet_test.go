@@ -69,7 +69,7 @@ func TestALibraryLogsOnlyThroughItsCallersLogger(t *testing.T) {
 	prev := slog.Default()
 	slog.SetDefault(slog.New(&def))
 	t.Cleanup(func() { slog.SetDefault(prev) })
-	openAndCloseWithSessions(t, host.Config{Bus: host.NATS})
+	openAndCloseWithSessions(t, host.Config{Bus: host.NATS, Memory: true})
 	assert.Empty(t, def.atLeast(slog.LevelDebug), "the default logger got records")
 }
 
@@ -79,7 +79,7 @@ func TestAnOrderlyCloseIsNotAWarning(t *testing.T) {
 	for _, kind := range []host.BusKind{host.Fake, host.NATS} {
 		t.Run(kind.String(), func(t *testing.T) {
 			var got records
-			openAndCloseWithSessions(t, host.Config{Bus: kind, Logger: slog.New(&got)})
+			openAndCloseWithSessions(t, host.Config{Bus: kind, Memory: true, Logger: slog.New(&got)})
 			assert.Empty(t, got.atLeast(slog.LevelWarn))
 			assert.NotEmpty(t, got.atLeast(slog.LevelDebug), "the caller's logger is the one used")
 		})
