@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,19 +30,34 @@ type Event struct {
 	Push *wire.Push
 	// Resync says that the runtime lost track of events for a while (the
 	// broker restarted, events were lost beyond replay, or the wait queue
-	// overflowed) and re-read the delegate's tasks.
+	// overflowed) and re-read the delegate's tasks: what changed, and
+	// which of its open tasks the broker no longer has.
 	Resync *Resync
 }
 
 // Resync is what a delegate sees after a break: the tasks that changed
-// while it could not hear of them, read fresh from the broker.
+// while it could not hear of them, read fresh from the broker, and the
+// open tasks that are gone.
 type Resync struct {
 	// Reason says what happened.
 	Reason string
 	// Changed holds the delegate's tasks that changed since it last heard
 	// of them, or that it did not know: compare their status with what it
-	// was waiting for. Pushes sent meanwhile may be lost; tasks are not.
+	// was waiting for. Pushes sent meanwhile may be lost; tasks the
+	// broker keeps are not (Lost names those it does not).
 	Changed []*wire.Task
+	// Lost holds, in id order, the ids of tasks the delegate knew as open
+	// (the last it heard of them, from a call's result, an event, a read
+	// or an earlier Resync, they were not terminal) that the broker no
+	// longer has: it restarted without a durable store, or the task ended
+	// and was pruned before the delegate heard how. No event will come for
+	// them and calls on them fail with A2A_UNKNOWN_TASK
+	// (wire.ErrUnknownTask): stop waiting, and send the work again if it
+	// is still wanted. Each id is confirmed by reading the task (a list
+	// that missed a live task never makes it lost; a read that fails
+	// otherwise leaves it for the next Resync) and reported once. A task
+	// last seen terminal that is gone is not lost: its outcome was told.
+	Lost []string
 	// RenamedFrom is the delegate's previous agentId when registering
 	// again (after a broker restart) gave it a new one; "" otherwise.
 	RenamedFrom string
@@ -57,10 +74,16 @@ type Delegate struct {
 	id      string // the agentId the broker assigned
 	token   string
 	card    wire.AgentCard
-	err     error                // why the delegate stopped (settled, closed)
-	leaving bool                 // Settle is deregistering it
-	dead    chan struct{}        // closed when err is set
-	seen    map[string]wire.Time // task id -> updatedAt the delegate has been told of
+	err     error         // why the delegate stopped (settled, closed)
+	leaving bool          // Settle is deregistering it
+	dead    chan struct{} // closed when err is set
+	// seen is what the delegate has been told of each task: the basis of
+	// a Resync's Changed, and, for those it knew open, of Lost. A Resync
+	// trims it to the tasks the broker still has, so that it is bounded
+	// by them, not by every task the delegate ever saw.
+	seen    map[string]known
+	resyncs uint64            // Resyncs begun: orders what is seen against their lists
+	lost    map[string]uint64 // ids reported lost -> the Resync that did; a late word of them is ignored
 
 	qmu           sync.Mutex
 	queue         []item
@@ -171,15 +194,36 @@ func (d *Delegate) credentials() (string, error) {
 	return d.token, nil
 }
 
+// known is what a delegate has been told of one task.
+type known struct {
+	at   wire.Time // its updatedAt
+	open bool      // it was not terminal
+	gen  uint64    // Delegate.resyncs when it was told: which Resyncs' lists follow
+}
+
 // noteSeen records what the delegate now knows of a task from a call's
-// result.
+// result, an event or a Resync.
 func (d *Delegate) noteSeen(t *wire.Task) {
 	if t == nil {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.seen[t.ID] = t.UpdatedAt
+	d.noteLocked(t)
+}
+
+// noteLocked is noteSeen with d.mu held. Calls and events may be told out
+// of order: an older state of a task than the one known is ignored (each
+// change of a task moves its updatedAt forward), so that a task seen
+// terminal is never taken for open again; so is a task reported lost.
+func (d *Delegate) noteLocked(t *wire.Task) {
+	if _, gone := d.lost[t.ID]; gone {
+		return
+	}
+	if k, ok := d.seen[t.ID]; ok && t.UpdatedAt.Before(k.at.Time) {
+		return
+	}
+	d.seen[t.ID] = known{at: t.UpdatedAt, open: !t.Status.State.Terminal(), gen: d.resyncs}
 }
 
 // callWithToken runs one call with the delegate's token. A token the broker no
@@ -319,6 +363,18 @@ func (d *Delegate) Task(ctx context.Context, taskID string) (*wire.Task, error) 
 	return d.taskCall(ctx, wire.MethodGetTask, func(token string) any {
 		return wire.TaskParams{Token: token, TaskID: taskID}
 	})
+}
+
+// getTask reads a task without counting it as seen.
+func (d *Delegate) getTask(ctx context.Context, taskID string) (*wire.Task, error) {
+	var res wire.TaskResult
+	err := d.callWithToken(ctx, func(token string) error {
+		return d.r.call(ctx, wire.MethodGetTask, wire.TaskParams{Token: token, TaskID: taskID}, &res)
+	})
+	if err == nil && res.Task == nil {
+		err = fmt.Errorf("runtime: bad %s result: no task", wire.MethodGetTask)
+	}
+	return res.Task, err
 }
 
 // Tasks lists the delegate's tasks, oldest first, following the
@@ -466,18 +522,84 @@ func (d *Delegate) needResync(reason string) {
 }
 
 // resyncNow re-reads the delegate's tasks and returns the Resync: the
-// tasks that changed since the delegate last heard of them.
+// tasks that changed since the delegate last heard of them, and the open
+// ones the broker no longer has.
 func (d *Delegate) resyncNow(ctx context.Context, reason string) (*Resync, error) {
-	// Not through Tasks: that would count them as seen before comparing.
+	d.mu.Lock()
+	gen := d.resyncs // what was seen before now (gen <= this) precedes the list
+	d.resyncs++
+	d.mu.Unlock()
+	// Every page, both roles, any state. Not through Tasks: that would
+	// count them as seen before comparing.
 	tasks, err := d.listTasks(ctx, "", "")
 	if err != nil {
 		return nil, err
 	}
+	present := make(map[string]bool, len(tasks))
+	for _, t := range tasks {
+		present[t.ID] = true
+	}
+	// An open task the list lacks is lost only if the broker says so when
+	// asked for it: a list that missed a live task (a paging or filter
+	// quirk, or a task made since the list was read) never makes it lost.
+	d.mu.Lock()
+	var missing []string
+	for id, k := range d.seen {
+		if k.open && !present[id] {
+			missing = append(missing, id)
+		}
+	}
+	d.mu.Unlock()
+	slices.Sort(missing)
+	var gone []string
+	for _, id := range missing {
+		t, err := d.getTask(ctx, id)
+		switch {
+		case err == nil:
+			tasks = append(tasks, t)
+			present[id] = true
+		case errors.Is(err, wire.ErrUnknownTask):
+			gone = append(gone, id)
+		case ctx.Err() != nil || errors.Is(err, ErrSettled) || errors.Is(err, ErrClosed):
+			return nil, err
+		default:
+			// Not known to be gone: the next Resync asks again.
+			d.r.log.Debug("reading a task missing from the list failed; kept", "delegate", d.ID(), "task", id, "error", err)
+			present[id] = true
+		}
+	}
+	if len(tasks) > 0 && len(missing) > 0 {
+		slices.SortStableFunc(tasks, func(a, b *wire.Task) int { return strings.Compare(a.ID, b.ID) })
+	}
 	d.mu.Lock()
 	var changed []*wire.Task
 	for _, t := range tasks {
-		if at, ok := d.seen[t.ID]; !ok || !at.Equal(t.UpdatedAt.Time) {
+		if k, ok := d.seen[t.ID]; !ok || !k.at.Equal(t.UpdatedAt.Time) {
 			changed = append(changed, t)
+		}
+	}
+	var lost []string
+	for _, id := range gone {
+		// Still open as the delegate knows it: it may have heard it end
+		// meanwhile, or another Resync may have reported it.
+		if k, ok := d.seen[id]; ok && k.open {
+			lost = append(lost, id)
+			delete(d.seen, id)
+			d.lost[id] = gen
+		}
+	}
+	// Forget what the broker no longer has (pruned, or lost and reported):
+	// seen before the list began and absent from it.
+	for id, k := range d.seen {
+		if k.gen <= gen && !k.open && !present[id] {
+			delete(d.seen, id)
+		}
+	}
+	// A lost id is ignored until a later Resync: long enough for a call
+	// answered before the break to have been noted.
+	for id, g := range d.lost {
+		if g < gen {
+			delete(d.lost, id)
 		}
 	}
 	d.mu.Unlock()
@@ -485,21 +607,19 @@ func (d *Delegate) resyncNow(ctx context.Context, reason string) (*Resync, error
 	rename := d.pendingRename
 	d.pendingRename = ""
 	d.qmu.Unlock()
-	return &Resync{Reason: reason, Changed: changed, RenamedFrom: rename}, nil
+	return &Resync{Reason: reason, Changed: changed, Lost: lost, RenamedFrom: rename}, nil
 }
 
 // noteDelivered records what the delegate now knows of a task from an event
 // Wait gives it.
 func (d *Delegate) noteDelivered(ev Event) {
 	if ev.Task != nil && ev.Task.Task != nil {
-		d.mu.Lock()
-		d.seen[ev.Task.Task.ID] = ev.Task.Task.UpdatedAt
-		d.mu.Unlock()
+		d.noteSeen(ev.Task.Task)
 	}
 	if ev.Resync != nil {
 		d.mu.Lock()
 		for _, t := range ev.Resync.Changed {
-			d.seen[t.ID] = t.UpdatedAt
+			d.noteLocked(t)
 		}
 		d.mu.Unlock()
 	}
@@ -510,8 +630,10 @@ const resyncRetry = 200 * time.Millisecond
 
 // Wait returns the delegate's next event: a task event or push addressed
 // to it (never another session's, never another delegate's), or a Resync
-// after a break. It blocks until one comes, ctx ends, or the delegate
-// settles (ErrSettled) or its runtime closes (ErrClosed).
+// after a break, whose Lost names the open tasks the broker no longer
+// has (a Wait on one of those ends with it). It blocks until one comes,
+// ctx ends, or the delegate settles (ErrSettled) or its runtime closes
+// (ErrClosed).
 func (d *Delegate) Wait(ctx context.Context) (Event, error) {
 	d.r.mu.Lock()
 	d.r.waiting++

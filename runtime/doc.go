@@ -29,13 +29,34 @@
 //     says if its id changed), events were lost beyond the replay window,
 //     or the delegate's wait queue overflowed. Resync.Changed holds the
 //     delegate's tasks that changed meanwhile, read fresh from the broker;
-//     pushes sent during the break may be lost.
+//     pushes sent during the break may be lost. Resync.Lost names the
+//     tasks the delegate knew open that the broker no longer has (it
+//     restarted without a durable store, or pruned the task after it
+//     ended unheard): no event will come for them, so a delegate waiting
+//     on one is woken by the Resync instead of waiting until its own
+//     timeout, and can send the work again.
 //
 // A break the runtime can bridge is invisible: a seq gap, a slow
 // subscriber's drops, a lost subscription and a lost last event (found by
 // polling every few seconds while a delegate waits) are all replayed, so
 // a waiting delegate wakes with what it waits for. After Settle every
 // call, and a Wait in progress, returns ErrSettled.
+//
+// # Lost tasks
+//
+// A task is known open to a delegate when the last it heard of it (its own
+// call's result, a task event, a Task or Tasks read, or an earlier Resync)
+// was a non-terminal state; once it hears the task ended it no longer is,
+// and what is heard out of order (an older updatedAt) changes nothing.
+// Each Resync reads every page of the delegate's tasks, in both roles; a
+// known open task missing from them is read on its own, and only
+// A2A_UNKNOWN_TASK (wire.ErrUnknownTask) makes it lost: a task that is
+// read is not lost (it is in Changed if it changed), and one whose read
+// fails otherwise stays known open for the next Resync. A lost id is
+// reported once, then forgotten. A task last seen terminal that is gone is
+// not reported: its outcome was told. After a broker restart the Resync
+// comes within about one poll interval of the new broker being reachable
+// (FeedConfig.PollInterval) while a delegate waits.
 //
 // Feed, which turns a session's subscription into its notifications in
 // seq order without gaps, is usable on its own.

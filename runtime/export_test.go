@@ -1,5 +1,7 @@
 package runtime
 
+import "slices"
+
 // FeedStats counts what a Feed recovered, for the tests.
 type FeedStats struct {
 	// Replayed counts events fetched by replay rather than received.
@@ -20,4 +22,26 @@ func (d *Delegate) Overflowed() bool {
 	d.qmu.Lock()
 	defer d.qmu.Unlock()
 	return d.overflow
+}
+
+// KnownOpen returns, in id order, the tasks the delegate knows as open:
+// those a Resync checks for Lost.
+func (d *Delegate) KnownOpen() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var ids []string
+	for id, k := range d.seen {
+		if k.open {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Known returns how many tasks the delegate remembers it was told of.
+func (d *Delegate) Known() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.seen)
 }

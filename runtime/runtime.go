@@ -216,7 +216,7 @@ func (r *Runtime) SpawnInstance(ctx context.Context, card wire.AgentCard, instan
 		return nil, ErrClosed
 	}
 	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
-	d := &Delegate{r: r, instance: instanceID, asked: card.Name, card: card, seen: map[string]wire.Time{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
+	d := &Delegate{r: r, instance: instanceID, asked: card.Name, card: card, seen: map[string]known{}, lost: map[string]uint64{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
 	if err := r.admit(ctx, d); err != nil {
 		return nil, err
 	}
