@@ -169,6 +169,27 @@ func TestClosingASessionLetsItsHeldAgentsGo(t *testing.T) {
 	assert.Equal(t, wire.StateFailed, got.Status.State, "the assignee is gone: its task is closed as at a deregistration")
 }
 
+// TestHeldAgentsCountAgainstTheHostsCap: restarts in a row cannot pile
+// up held registrations past the host's cap; a returning agent is never
+// refused for it.
+func TestHeldAgentsCountAgainstTheHostsCap(t *testing.T) {
+	r := newRestartable(t, broker.Config{MaxAgents: 2, OrphanTimeout: -1})
+	e := r.run()
+	e.registerInstance("chat-1", "a", "inst-a")
+	e.registerInstance("chat-2", "b", "inst-b")
+	e = r.run()
+	_, err := e.tryRegister("chat-3", "c", "inst-c")
+	requireCode(t, err, wire.ErrAgentLimit)
+	assert.Contains(t, err.Error(), "live or held")
+	assert.Equal(t, "b", e.registerInstance("chat-2", "b", "inst-b").id, "a held agent comes back at the cap")
+	e = r.run()
+	_, err = e.tryRegister("chat-3", "c", "inst-c")
+	requireCode(t, err, wire.ErrAgentLimit)
+	regs, err := r.st.Registrations(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, regs, 2)
+}
+
 // TestARegistrationIsStoredBeforeItIsAnswered: a store that cannot take
 // the registration fails the register with -32603, and leaves the name
 // free and the previous registration as it was.

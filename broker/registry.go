@@ -445,7 +445,7 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 	case h != nil && h.session != a.session:
 		refused = wire.ErrInvalidParams.Withf("instanceId is held for another session: it was registered there when the broker stopped, and is kept for it until it registers again, its session closes, or the orphan timeout passes")
 	default:
-		refused = b.capsAllow(old, a.session)
+		refused = b.capsAllow(old, h, a.session)
 	}
 	if refused != nil {
 		r.mu.Unlock()
@@ -501,9 +501,9 @@ func (b *Broker) ownedElsewhere(instance, session string) bool {
 }
 
 // capsAllow checks the live-agent caps for a new registration in
-// session; a replacing one (old != nil, same session) adds no agent. r.mu
-// is held.
-func (b *Broker) capsAllow(old *agent, session string) *wire.Error {
+// session; a replacing one (old != nil, same session) adds no agent, nor
+// does one that ends its own hold (h != nil) on the host. r.mu is held.
+func (b *Broker) capsAllow(old *agent, h *hold, session string) *wire.Error {
 	if old != nil {
 		return nil
 	}
@@ -511,8 +511,10 @@ func (b *Broker) capsAllow(old *agent, session string) *wire.Error {
 	if len(r.bySession[session]) >= b.cfg.MaxAgentsPerSession {
 		return wire.ErrAgentLimit.Withf("session already has %d live agents (--max-agents-per-session); deregister some first", b.cfg.MaxAgentsPerSession)
 	}
-	if len(r.byID) >= b.cfg.MaxAgents {
-		return wire.ErrAgentLimit.Withf("the host already has %d live agents; deregister some first", b.cfg.MaxAgents)
+	// Held registrations count: they may all come back, and the store
+	// keeps them, so that restarts in a row cannot pile them up.
+	if h == nil && len(r.byID)+len(r.held) >= b.cfg.MaxAgents {
+		return wire.ErrAgentLimit.Withf("the host already has %d live or held agents; deregister some first", b.cfg.MaxAgents)
 	}
 	return nil
 }
