@@ -180,7 +180,7 @@ func TestHeldAgentsCountAgainstTheHostsCap(t *testing.T) {
 	e = r.run()
 	_, err := e.tryRegister("chat-3", "c", "inst-c")
 	requireCode(t, err, wire.ErrAgentLimit)
-	assert.Contains(t, err.Error(), "live or held")
+	assert.Contains(t, err.Error(), "held since a restart (2)")
 	assert.Equal(t, "b", e.registerInstance("chat-2", "b", "inst-b").id, "a held agent comes back at the cap")
 	e = r.run()
 	_, err = e.tryRegister("chat-3", "c", "inst-c")

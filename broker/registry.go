@@ -514,7 +514,10 @@ func (b *Broker) capsAllow(old *agent, h *hold, session string) *wire.Error {
 	// Held registrations count: they may all come back, and the store
 	// keeps them, so that restarts in a row cannot pile them up.
 	if h == nil && len(r.byID)+len(r.held) >= b.cfg.MaxAgents {
-		return wire.ErrAgentLimit.Withf("the host already has %d live or held agents; deregister some first", b.cfg.MaxAgents)
+		if len(r.held) > 0 {
+			return wire.ErrAgentLimit.Withf("the host already has %d live agents and agents held since a restart (%d); deregister some first, or close the sessions of those that will not come back", b.cfg.MaxAgents, len(r.held))
+		}
+		return wire.ErrAgentLimit.Withf("the host already has %d live agents; deregister some first", b.cfg.MaxAgents)
 	}
 	return nil
 }
