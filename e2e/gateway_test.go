@@ -247,7 +247,13 @@ func TestTheGatewaysTasksOutliveARestart(t *testing.T) {
 
 			s2 := startSidecar(t, "--a2a-listen", "127.0.0.1:0", "--data-dir", data)
 			h2 := joinHost(t, s2)
-			spawn(t, h2, "chat-1", "scribe")
+			// The same delegate comes back (by its instance id, as a
+			// host's rejoin brings it), and gets its held name back.
+			rt2, err := h2.Session(gwCtx(t), "chat-1")
+			require.NoError(t, err)
+			back, err := rt2.SpawnInstance(gwCtx(t), wire.AgentCard{Name: "scribe", Description: "takes notes"}, d.InstanceID())
+			require.NoError(t, err)
+			require.Equal(t, "scribe", back.ID())
 			c2, _ := gatewayClient(t, s2, "scribe")
 			defer c2.Destroy()
 			got, err := c2.GetTask(gwCtx(t), &a2a.GetTaskRequest{ID: a2a.TaskID(done)})
