@@ -359,6 +359,40 @@ func (r *runner) stores() {
 			r.add(res)
 		}
 	}
+	r.registrations(limit)
+}
+
+// registrations: a delegate's arrival and departure (register, then
+// deregister) over NATS TCP, with the registry in memory (as before
+// registrations were stored) and in the durable store, where each is
+// one synced change: beside the memory one, and beside the disk's limit
+// for two changes.
+func (r *runner) registrations(limit Result) {
+	tcp := buses[len(buses)-1]
+	for _, senders := range []int{1, 16} {
+		mem := r.run(tcp.name, fmt.Sprintf("register+deregister, memory, %d senders", senders), onBus(tcp, func(b *testing.B, h bustest.Harness) {
+			brokertest.BenchmarkRegisterDeregister(b, h, nil, senders)
+		}))
+		r.add(mem)
+		durable := r.run(tcp.name, fmt.Sprintf("register+deregister, pebble, %d senders", senders), onBus(tcp, func(b *testing.B, h bustest.Harness) {
+			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			brokertest.BenchmarkRegisterDeregister(b, h, st, senders)
+		}))
+		durable.compare(mem, throughput, 0)
+		r.add(durable)
+		if senders == 1 {
+			twoSyncs := limit
+			twoSyncs.Case, twoSyncs.NsPerOp = "2 × "+limit.Case, 2*limit.NsPerOp
+			lone := durable
+			lone.Case += " (against two syncs)"
+			lone.compare(twoSyncs, cost, 0)
+			r.add(lone)
+		}
+	}
 }
 
 // serveStartup: start-up time and resident memory of a2a-bus serve.

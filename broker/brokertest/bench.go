@@ -231,3 +231,51 @@ func BenchmarkListAgents(b *testing.B, h bustest.Harness, n int) {
 		}
 	}
 }
+
+// BenchmarkRegisterDeregister measures a delegate's arrival and
+// departure, a2a.agents.register then a2a.agents.deregister, on st (nil:
+// a new memory store), from senders concurrent sessions; one op is the
+// pair. With a durable store each is a stored, synced change
+// (docs/PROTOCOL.md §4.12), so this is the cost of the durable registry
+// beside the memory one. It reports pairs a second.
+func BenchmarkRegisterDeregister(b *testing.B, h bustest.Harness, st store.Store, senders int) {
+	defer benchBroker(b, h, broker.Config{Store: st})()
+	ctx := context.Background()
+	sessions := make([]transport.Session, senders)
+	for i := range sessions {
+		s, err := h.Client.Session(ctx, fmt.Sprint("reg-", i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		sessions[i] = s
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w, s := range sessions {
+		wg.Go(func() {
+			card := &wire.AgentCard{Name: "planner"}
+			instance := fmt.Sprint("bench-inst-", w)
+			for next.Add(1) <= int64(b.N) {
+				res, err := s.Call(ctx, wire.MethodRegister, wire.RegisterParams{ContextID: s.ID(), Card: card, InstanceID: instance})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				var r wire.RegisterResult
+				if err := json.Unmarshal(res, &r); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := s.Call(ctx, wire.MethodDeregister, wire.TokenParams{Token: r.Token}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+}
