@@ -74,7 +74,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxConnsPerSess, "max-connections-per-session", natsbus.DefaultMaxConnectionsPerSession, "NATS: connections open at once with one session's credentials")
 	fs.IntVar(&o.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes, "the largest request, on every bus; the payload and task limits derive from it")
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
-	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long open tasks wait for their members (0 disables)")
+	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long the names and open tasks of agents not yet back are held for them (0: until they come back or their sessions close)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "shut down cleanly when the process that started serve goes away (a sidecar dies with its host)")
 	fs.IntVar(&o.parentPID, "parent-pid", 0, "with --exit-with-parent: the host's pid to watch instead of the parent's (for a host that starts serve through a launcher)")
