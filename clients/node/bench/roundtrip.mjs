@@ -79,6 +79,7 @@ async function hostRoundTrip(bus, dir) {
     bus,
     binary: opt.binary,
     connectionFile: bus === "nats" ? join(dir, bus, "connection.json") : undefined,
+    dataDir: "", // memory, as the bare rows: not the platform's state folder
   });
   try {
     const asker = await (await host.session("bench-1")).spawn({ name: "asker" });
@@ -151,7 +152,7 @@ try {
   const nats = await hostRoundTrip("nats", dir);
   const pipe = await hostRoundTrip("pipe", dir);
   // The sidecar is gone; start one more for the bare rows, on its server.
-  const host = await Host.open({ bus: "nats", binary: opt.binary, connectionFile: join(dir, "bare", "connection.json") });
+  const host = await Host.open({ bus: "nats", binary: opt.binary, connectionFile: join(dir, "bare", "connection.json"), dataDir: "" });
   let raw;
   try {
     raw = await bare(host.bus.connection(), JSON.stringify({ jsonrpc: "2.0", method: "a2a.task.event", params: nats.sample }));

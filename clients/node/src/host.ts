@@ -19,7 +19,26 @@ export interface HostOptions {
    * where the sidecar writes its own (default: serve's, docs/PROTOCOL.md §2.2).
    */
   connectionFile?: string;
-  /** Where a broker this host starts keeps its durable store; undefined or "" keeps tasks in memory. */
+  /**
+   * Where a broker this host starts keeps its durable store: its tasks and
+   * the registrations of its live delegates, so that a broker that
+   * restarts (the host starts it again) has every acknowledged task, and
+   * gives each delegate that registers again under its instance id its
+   * old name back.
+   *
+   * - undefined (left out): the platform's state folder, serve's own
+   *   default and the one a sidecar uses (`$XDG_STATE_HOME/a2a-bus`, else
+   *   `~/.local/state/a2a-bus` on Linux, `~/Library/Application
+   *   Support/a2a-bus` on macOS, `%LocalAppData%\a2a-bus` on Windows);
+   * - `""`: memory. A restart loses the tasks and the names; a delegate
+   *   that knew a task as open is told in its resync (`Resync.lost`);
+   * - a path: that folder.
+   *
+   * One data dir serves one broker at a time: a second broker started on
+   * it is refused, and open fails saying so. Join the running broker with
+   * its connection file (bus "nats", `connectionFile`, no `binary`), or
+   * give this host its own dataDir. Ignored when the host joins.
+   */
   dataDir?: string;
   /** More `serve` flags for a broker this host starts (`--max-tasks-per-context=8`). */
   args?: string[];
@@ -57,7 +76,7 @@ export class Host {
   static async open(o: HostOptions = {}): Promise<Host> {
     const kind = o.bus ?? "nats";
     const common = {
-      dataDir: o.dataDir ?? "",
+      dataDir: o.dataDir, // undefined: no --data-dir, serve's default
       args: o.args ?? [],
       callTimeoutMs: positive(o.callTimeoutMs, 30_000),
       logger: o.logger ?? quiet,
@@ -75,7 +94,7 @@ export class Host {
       await bus.start();
     } catch (err) {
       await bus.close(); // a child that started is stopped, and not started again
-      throw err;
+      throw explainStart(err);
     }
     return new Host(bus, o);
   }
@@ -141,6 +160,19 @@ export class Host {
     await Promise.all([...this.sessions].map((s) => s.leave().catch(() => {})));
     await this.bus.close();
   }
+}
+
+/**
+ * A broker that could not start because another holds its data dir says
+ * so on stderr ("the data directory is held by another running broker");
+ * the error says what to do about it.
+ */
+function explainStart(err: unknown): unknown {
+  if (!(err instanceof Error) || !/held by another running broker/.test(err.message)) return err;
+  return new Error(
+    `${err.message}. Another broker runs on this data dir: join it with its connection file (bus "nats", connectionFile, no binary), or give this host its own dataDir ("" keeps tasks in memory)`,
+    { cause: err },
+  );
 }
 
 /**

@@ -22,7 +22,8 @@ export interface NatsOptions {
   command?: string[];
   /** The connection file: the sidecar's (--connection-file), or the one to join. */
   connectionFile?: string;
-  dataDir: string;
+  /** --data-dir; undefined passes none (serve's default, the platform's state folder), "" keeps tasks in memory. */
+  dataDir: string | undefined;
   args: string[];
   callTimeoutMs: number;
   logger: Logger;
@@ -59,6 +60,8 @@ export class NatsBus implements Bus {
   private backoff = 50;
   private supervisor?: Promise<void>;
   private readonly stopping = new AbortController(); // aborted by close
+  private relaunches = 0; // how many times the sidecar came up again
+  private nudge?: AbortController; // aborted when the sidecar is up again: the rejoin dials at once
 
   constructor(private readonly o: NatsOptions) {
     this.linkUp = new Promise((r) => (this.setLink = r));
@@ -79,22 +82,28 @@ export class NatsBus implements Bus {
   private launch(): Promise<string> {
     const [cmd, ...pre] = this.o.command!;
     // The sidecar dies with this process (serve's default, said anyway).
-    const args = [...pre, "serve", "--exit-with-parent", `--data-dir=${this.o.dataDir}`, ...this.o.args];
+    const args = [...pre, "serve", "--exit-with-parent", ...(this.o.dataDir === undefined ? [] : [`--data-dir=${this.o.dataDir}`]), ...this.o.args];
     if (this.o.connectionFile) args.push(`--connection-file=${this.o.connectionFile}`);
     const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
     this.child = child;
     const born = Date.now();
     return new Promise((resolve, reject) => {
       let first: string | undefined;
-      const said: string[] = [];
+      const said: string[] = []; // its last lines, for the error when it never got going
       createInterface({ input: child.stderr!, crlfDelay: Infinity }).on("line", (line) => {
         if (first === undefined) {
           first = line;
-          // Its first line is the connection file's path; else its reason for exiting.
-          if (isAbsolute(line)) resolve(line);
+          // Its first line is the connection file's path.
+          if (isAbsolute(line)) {
+            resolve(line);
+            return;
+          }
         } else {
-          if (said.length < 4) said.push(line);
           this.o.logger.debug(`broker: ${line}`);
+        }
+        if (!isAbsolute(first)) {
+          said.push(line);
+          if (said.length > 4) said.shift();
         }
       });
       child.once("error", (err) => reject(new Error(`a2a-bus serve could not start: ${err.message}`)));
@@ -102,15 +111,24 @@ export class NatsBus implements Bus {
         child.once("close", (code, sig) => {
           done();
           if (first === undefined || !isAbsolute(first)) {
-            // It never got going: its first line is its reason.
-            reject(new Error(`a2a-bus serve exited (${sig ?? code}): ${first ?? said.join(" ")}`));
+            // It never got going: its reason is among its last lines
+            // (warnings held back until then may come before it).
+            reject(new Error(`a2a-bus serve exited (${sig ?? code}): ${said.join(" | ")}`));
           }
           if (this.child !== child || this.closed) return;
           this.child = undefined;
           this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again`);
           this.backoff = Date.now() - born > 1000 ? 50 : Math.min(this.backoff * 2, 1000);
           setTimeout(() => {
-            if (!this.closed) this.launch().catch((err) => this.o.logger.warn(String(err)));
+            if (this.closed) return;
+            this.launch().then(
+              () => {
+                // It wrote its connection file: rejoin now, not at the next backoff.
+                this.relaunches++;
+                this.nudge?.abort();
+              },
+              (err) => this.o.logger.warn(String(err)),
+            );
           }, this.backoff).unref();
         }),
       );
@@ -148,6 +166,7 @@ export class NatsBus implements Bus {
     this.linkUp = new Promise((r) => (this.setLink = r));
     let wait = 50;
     while (!this.closed) {
+      const relaunches = this.relaunches;
       try {
         const next = await this.dial();
         if (this.closed) {
@@ -159,12 +178,17 @@ export class NatsBus implements Bus {
         return;
       } catch (err) {
         this.o.logger.debug(`rejoin: ${(err as Error).message}`);
+        if (this.relaunches !== relaunches) continue; // the sidecar came up during the dial: again, now
+        const nudge = (this.nudge = new AbortController());
         try {
-          await sleep(wait, this.stopping.signal);
+          await sleep(wait, AbortSignal.any([this.stopping.signal, nudge.signal]));
+          wait = Math.min(wait * 2, 1000);
         } catch {
-          return; // closed
+          if (this.stopping.signal.aborted) return; // closed
+          // The sidecar is up again: dial now.
+        } finally {
+          if (this.nudge === nudge) this.nudge = undefined;
         }
-        wait = Math.min(wait * 2, 1000);
       }
     }
   }

@@ -19,7 +19,8 @@ export interface PipeOptions {
   command: string[];
   /** The broker's message limit (--max-message-bytes): larger requests are refused here. */
   maxMessageBytes: number;
-  dataDir: string;
+  /** --data-dir; undefined passes none (serve's default, the platform's state folder), "" keeps tasks in memory. */
+  dataDir: string | undefined;
   args: string[];
   callTimeoutMs: number;
   logger: Logger;
@@ -74,7 +75,8 @@ export class PipeBus implements Bus {
    */
   private launch(): void {
     const [cmd, ...pre] = this.o.command;
-    const child = spawn(cmd, [...pre, "serve", "--bus=pipe", "--exit-with-parent", `--data-dir=${this.o.dataDir}`, ...this.o.args], {
+    const dataDir = this.o.dataDir === undefined ? [] : [`--data-dir=${this.o.dataDir}`];
+    const child = spawn(cmd, [...pre, "serve", "--bus=pipe", "--exit-with-parent", ...dataDir, ...this.o.args], {
       stdio: ["pipe", "pipe", "pipe"],
     });
     this.child = child;

@@ -41,15 +41,35 @@ export type CardInput = Omit<AgentCard, "agentId" | "contextId" | "registeredAt"
  * - push: a oneway message to it;
  * - resync: the runtime lost track of events for a while (the broker
  *   restarted, events were lost beyond replay, the wait queue overflowed)
- *   and re-read the delegate's tasks.
+ *   and re-read the delegate's tasks: what changed, and which of its open
+ *   tasks the broker no longer has.
  */
 export type WaitEvent = { task: TaskEvent; push?: never; resync?: never } | { push: Push; task?: never; resync?: never } | { resync: Resync; task?: never; push?: never };
 
-/** What a delegate sees after a break: the tasks that changed meanwhile, read fresh. */
+/** What a delegate sees after a break: the tasks that changed meanwhile, read fresh, and the open ones that are gone. */
 export interface Resync {
   reason: string;
-  /** Its tasks that changed since it last heard of them, or that it did not know. Pushes sent meanwhile may be lost; tasks are not. */
+  /**
+   * Its tasks that changed since it last heard of them, or that it did
+   * not know: compare their status with what it was waiting for. Pushes
+   * sent meanwhile may be lost; tasks the broker keeps are not (lost
+   * names those it does not).
+   */
   changed: Task[];
+  /**
+   * In id order, the ids of tasks the delegate knew as open (the last it
+   * heard of them, from a call's result, an event, a read or an earlier
+   * resync, they were not terminal) that the broker no longer has: it
+   * restarted without a durable store (dataDir ""), or the task ended and
+   * was pruned before the delegate heard how. No event will come for them
+   * and calls on them fail with A2A_UNKNOWN_TASK: stop waiting, and send
+   * the work again if it is still wanted. Each id is confirmed by reading
+   * the task (a list that missed a live task never makes it lost; a read
+   * that fails otherwise leaves it for the next resync) and reported
+   * once. A task last seen terminal that is gone is not lost: its outcome
+   * was told.
+   */
+  lost: string[];
   /** Its previous agentId when registering again gave it a new one. */
   renamedFrom?: string;
 }
@@ -102,6 +122,24 @@ export interface SpawnOptions extends CallOptions {
 
 const SETTLE_TIMEOUT_MS = 5000;
 const RESYNC_RETRY_MS = 200;
+
+/** The states a task never leaves. */
+const TERMINAL = new Set<string | undefined>(["completed", "failed", "canceled", "rejected"]);
+
+/** What a delegate has been told of one task. */
+interface Known {
+  /** Its updatedAt. */
+  at: string;
+  /** It was not terminal. */
+  open: boolean;
+  /** Delegate.resyncs when it was told: which resyncs' lists follow. */
+  gen: number;
+}
+
+/** Orders strings by their code units, as Go orders ids by their bytes (the same for ASCII ids). */
+function byCodeUnits(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
 
 /**
  * One chat session's A2A runtime: what the session's parent uses to
@@ -319,7 +357,15 @@ export class Delegate {
   private registered!: AgentCard;
   private err?: Error;
   private leaving = false;
-  private seen = new Map<string, string>(); // task id -> updatedAt told
+  /**
+   * What the delegate has been told of each task: the basis of a resync's
+   * changed, and, for those it knew open, of lost. A resync trims it to
+   * the tasks the broker still has, so that it is bounded by them, not by
+   * every task the delegate ever saw.
+   */
+  private seen = new Map<string, Known>();
+  private resyncs = 0; // resyncs begun: orders what is seen against their lists
+  private lostIds = new Map<string, number>(); // ids reported lost -> the resync that did; a late word of them is ignored
   private queue: Item[] = [];
   private overflow = false;
   private pendingRename?: string;
@@ -440,8 +486,19 @@ export class Delegate {
     return this.withToken(signal, (token) => this.s.link.call(method, params(token), signal));
   }
 
+  /**
+   * Records what the delegate now knows of a task: from a call's result,
+   * an event or a resync. Calls and events may be told out of order: an
+   * older state of a task than the one known is ignored (each change of a
+   * task moves its updatedAt forward), so that a task seen terminal is
+   * never taken for open again; so is a task reported lost.
+   */
   private noteSeen(t?: Task): void {
-    if (t) this.seen.set(t.id, t.updatedAt);
+    if (!t) return;
+    if (this.lostIds.has(t.id)) return;
+    const k = this.seen.get(t.id);
+    if (k && Date.parse(t.updatedAt) < Date.parse(k.at)) return;
+    this.seen.set(t.id, { at: t.updatedAt, open: !TERMINAL.has(t.status?.state), gen: this.resyncs });
   }
 
   private async change(method: string, params: (token: string) => object, signal?: AbortSignal): Promise<Task> {
@@ -585,17 +642,68 @@ export class Delegate {
     this.wakeAll();
   }
 
+  /**
+   * Re-reads the delegate's tasks and returns the resync: the tasks that
+   * changed since it last heard of them, and the open ones the broker no
+   * longer has.
+   */
   private async resyncNow(reason: string, signal?: AbortSignal): Promise<Resync> {
+    const gen = this.resyncs++; // what was seen before now (gen <= this) precedes the list
+    // Every page, both roles, any state. Not through list: that would
+    // count them as seen before comparing.
     const tasks = await this.listAll({ signal });
-    const changed = tasks.filter((t) => this.seen.get(t.id) !== t.updatedAt);
+    const present = new Set(tasks.map((t) => t.id));
+    // An open task the list lacks is lost only if the broker says so when
+    // asked for it: a list that missed a live task (a paging or filter
+    // quirk, or a task made since the list was read) never makes it lost.
+    const missing = [...this.seen].filter(([id, k]) => k.open && !present.has(id)).map(([id]) => id);
+    missing.sort(byCodeUnits);
+    const gone: string[] = [];
+    for (const id of missing) {
+      try {
+        // Not through get: that would count it as seen before comparing.
+        const res = await this.call<TaskResult>("a2a.tasks.get", (token) => ({ token, taskId: id }), signal);
+        if (!res?.task) throw new Error("a2a.tasks.get: a bad result: no task");
+        tasks.push(res.task);
+        present.add(id);
+      } catch (err) {
+        if (isCode(err, "A2A_UNKNOWN_TASK")) {
+          gone.push(id);
+        } else if (signal?.aborted || err instanceof SettledError || err instanceof ClosedError) {
+          throw err;
+        } else {
+          // Not known to be gone: the next resync asks again.
+          this.s.opts.logger.debug(`reading task ${id}, missing from the list, failed; kept: ${(err as Error).message}`);
+          present.add(id);
+        }
+      }
+    }
+    if (tasks.length > 0 && missing.length > 0) tasks.sort((a, b) => byCodeUnits(a.id, b.id)); // stable
+    const changed = tasks.filter((t) => this.seen.get(t.id)?.at !== t.updatedAt);
+    const lost: string[] = [];
+    for (const id of gone) {
+      // Still open as the delegate knows it: it may have heard it end
+      // meanwhile, or another resync may have reported it.
+      if (this.seen.get(id)?.open) {
+        lost.push(id);
+        this.seen.delete(id);
+        this.lostIds.set(id, gen);
+      }
+    }
+    // Forget what the broker no longer has (pruned, or lost and
+    // reported): seen before the list began and absent from it.
+    for (const [id, k] of this.seen) if (k.gen <= gen && !k.open && !present.has(id)) this.seen.delete(id);
+    // A lost id is ignored until a later resync: long enough for a call
+    // answered before the break to have been noted.
+    for (const [id, g] of this.lostIds) if (g < gen) this.lostIds.delete(id);
     const renamedFrom = this.pendingRename;
     this.pendingRename = undefined;
-    return renamedFrom ? { reason, changed, renamedFrom } : { reason, changed };
+    return renamedFrom ? { reason, changed, lost, renamedFrom } : { reason, changed, lost };
   }
 
   private noteDelivered(ev: WaitEvent): void {
-    if (ev.task?.task) this.seen.set(ev.task.task.id, ev.task.task.updatedAt);
-    if (ev.resync) for (const t of ev.resync.changed) this.seen.set(t.id, t.updatedAt);
+    if (ev.task?.task) this.noteSeen(ev.task.task);
+    if (ev.resync) for (const t of ev.resync.changed) this.noteSeen(t);
   }
 
   /**

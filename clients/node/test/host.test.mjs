@@ -3,21 +3,21 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { writeFileSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
 import { Host } from "../dist/index.js";
-import { BUSES, binary, checkLeaks, tempDir } from "../testkit/helpers.mjs";
+import { BUSES, binary, checkLeaks, tempDir, openHost, next, text, untilFinal } from "../testkit/helpers.mjs";
 
 checkLeaks();
 
 for (const bus of BUSES) {
   test(`TestABrokerThatCannotStartIsAClearError [${bus}]`, async (t) => {
     const connectionFile = bus === "nats" ? join(tempDir(t), "c.json") : undefined;
-    await assert.rejects(Host.open({ bus, binary: join(tempDir(t), "no-such-binary"), connectionFile }), /could not start: .*ENOENT/);
+    await assert.rejects(Host.open({ bus, binary: join(tempDir(t), "no-such-binary"), connectionFile, dataDir: "" }), /could not start: .*ENOENT/);
     await assert.rejects(
-      Host.open({ bus, binary: binary(), connectionFile, args: ["--max-tasks-per-context=many"] }),
+      Host.open({ bus, binary: binary(), connectionFile, dataDir: "", args: ["--max-tasks-per-context=many"] }),
       /exited \(2\).*max-tasks-per-context/,
     );
   });
@@ -40,7 +40,7 @@ for (const bus of BUSES) {
     writeFileSync(
       script,
       `import { Host } from ${JSON.stringify(dist)};
-const host = await Host.open({ bus: ${JSON.stringify(bus)}, binary: process.env.A2A_BUS_BINARY, connectionFile: ${JSON.stringify(join(dir, "c.json"))} });
+const host = await Host.open({ bus: ${JSON.stringify(bus)}, binary: process.env.A2A_BUS_BINARY, connectionFile: ${JSON.stringify(join(dir, "c.json"))}, dataDir: "" });
 console.log(host.brokerPid);
 setInterval(() => {}, 1000);
 `,
@@ -53,6 +53,55 @@ setInterval(() => {}, 1000);
     await once(p, "close");
     for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
     assert.ok(!alive(pid), "the broker exited within 5 s of its host");
+  });
+}
+
+for (const bus of BUSES) {
+  // One data dir, one broker: a second host that would start its own on
+  // it is refused, and told what to do instead.
+  test(`TestASecondBrokerOnOneDataDirIsRefused [${bus}]`, async (t) => {
+    const dataDir = tempDir(t);
+    const first = await openHost(t, bus, { dataDir });
+    await assert.rejects(
+      Host.open({ bus, binary: binary(), dataDir, connectionFile: bus === "nats" ? join(tempDir(t), "c.json") : undefined }),
+      (err) => {
+        assert.match(err.message, /the data directory is held by another running broker/);
+        assert.match(err.message, /join it with its connection file .* or give this host its own dataDir/);
+        return true;
+      },
+    );
+    // The first is unharmed.
+    const s = await first.session("s1");
+    await s.spawn({ name: "still-here" });
+  });
+
+  // A host that says nothing of a data dir keeps its broker's tasks and
+  // registrations in the platform's state folder (here: XDG_STATE_HOME, a
+  // temporary one): a restart loses neither the task nor the name.
+  test(`TestAHostKeepsItsTasksInTheStateFolderByDefault [${bus}]`, async (t) => {
+    const state = tempDir(t);
+    const was = process.env.XDG_STATE_HOME;
+    process.env.XDG_STATE_HOME = state; // the broker, and the one started after it dies, inherit it
+    t.after(() => {
+      if (was === undefined) delete process.env.XDG_STATE_HOME;
+      else process.env.XDG_STATE_HOME = was;
+    });
+    const host = await openHost(t, bus, { dataDir: undefined });
+    const asker = await (await host.session("s1")).spawn({ name: "asker" });
+    const worker = await (await host.session("s2")).spawn({ name: "worker" });
+    const task = await asker.send("worker", text("job"));
+    await next(worker);
+    assert.ok(existsSync(join(state, "a2a-bus", "tasks")), "the store is in the state folder");
+
+    const waiting = untilFinal(asker, task.id);
+    process.kill(host.brokerPid, "SIGKILL");
+    const done = await worker.update(task.id, "completed");
+    assert.equal(done.status.state, "completed", "the task survived the restart");
+    assert.equal(worker.id, "worker", "the worker got its name back");
+    const { seen } = await waiting;
+    const resync = seen.find((ev) => ev.resync)?.resync;
+    assert.ok(resync, "the asker was told of the break");
+    assert.deepEqual(resync.lost, [], "no work was lost");
   });
 }
 

@@ -45,7 +45,7 @@ function runScript(t, source, ms) {
 test("TestACallWhileThePipeBrokerDiesDoesNotFreezeTheProcess [pipe]", async (t) => {
   const script = `
 import { Host } from ${JSON.stringify(dist)};
-const host = await Host.open({ bus: "pipe", binary: process.env.A2A_BUS_BINARY, callTimeoutMs: 3000 });
+const host = await Host.open({ bus: "pipe", binary: process.env.A2A_BUS_BINARY, dataDir: "", callTimeoutMs: 3000 });
 process.kill(host.brokerPid, "SIGKILL");
 // The host keeps calling, as a busy runtime does, while the child dies.
 const t0 = Date.now();
@@ -66,7 +66,7 @@ console.log("done");
 test("TestACallOnADeadPipeStdinDoesNotFreezeTheProcess [pipe]", async (t) => {
   const script = `
 import { Host } from ${JSON.stringify(dist)};
-const host = await Host.open({ bus: "pipe", binary: process.env.A2A_BUS_BINARY, callTimeoutMs: 2000 });
+const host = await Host.open({ bus: "pipe", binary: process.env.A2A_BUS_BINARY, dataDir: "", callTimeoutMs: 2000 });
 host.bus.child.stdin.destroy();
 const err = await host.callHost("a2a.events.replay", { contextId: "x" }).then(() => "answered", (e) => e.name);
 await host.close();

@@ -35,7 +35,9 @@ export function tempDir(t) {
 
 /**
  * A host on the given bus that starts its own broker (a sidecar with its
- * own connection file on NATS), closed when the test ends.
+ * own connection file on NATS), closed when the test ends. Its broker
+ * keeps tasks in memory (dataDir ""), unless opts say otherwise: no test
+ * uses the platform's state folder, or another test's data dir.
  */
 export async function openHost(t, bus, opts = {}) {
   const dir = tempDir(t);
@@ -43,6 +45,7 @@ export async function openHost(t, bus, opts = {}) {
     bus,
     binary: binary(),
     connectionFile: bus === "nats" ? join(dir, "run", "connection.json") : undefined,
+    dataDir: "",
     pollMs: 200,
     callTimeoutMs: 10_000,
     ...opts,
