@@ -111,28 +111,7 @@ func TestARegistrationIsAcknowledgedAfterItsLogSync(t *testing.T) {
 		},
 		"delete": func(s *pebblestore.Store) error { return s.DeleteRegistration(context.Background(), "a") },
 	} {
-		t.Run(name, func(t *testing.T) {
-			fs := newGatedFS(".log")
-			s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
-			require.NoError(t, err)
-			defer s.Close()
-			defer close(fs.stop)
-			done := make(chan error, 1)
-			fs.armed.Store(true)
-			go func() { done <- change(s) }()
-			select {
-			case <-fs.syncing:
-			case err := <-done:
-				t.Fatalf("acknowledged (%v) without a log sync", err)
-			}
-			select {
-			case err := <-done:
-				t.Fatalf("acknowledged (%v) while its log sync was held", err)
-			default:
-			}
-			close(fs.release)
-			require.NoError(t, <-done)
-		})
+		t.Run(name, func(t *testing.T) { requireAcknowledgedAfterSync(t, change) })
 	}
 }
 
@@ -376,14 +355,27 @@ func (f *gatedFile) SyncData() error {
 // synced log from the page cache. Here the log's sync is held: the
 // change is not acknowledged until the sync that follows it is done.
 func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
+	s := requireAcknowledgedAfterSync(t, func(s *pebblestore.Store) error {
+		return s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0)
+	})
+	got, err := s.Get(context.Background(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, "t1", got.Task.ID)
+}
+
+// requireAcknowledgedAfterSync makes change on a new store whose log
+// syncs are held, and fails the test if it is answered before its sync
+// or while the sync is held; it returns the store, open.
+func requireAcknowledgedAfterSync(t *testing.T, change func(s *pebblestore.Store) error) *pebblestore.Store {
+	t.Helper()
 	fs := newGatedFS(".log")
 	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
 	require.NoError(t, err)
-	defer s.Close()
-	defer close(fs.stop) // before the close, even when the test fails
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { close(fs.stop) }) // runs before the close, even when the test fails
 	done := make(chan error, 1)
 	fs.armed.Store(true)
-	go func() { done <- s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0) }()
+	go func() { done <- change(s) }()
 	select {
 	case <-fs.syncing:
 	case err := <-done:
@@ -396,9 +388,7 @@ func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
 	}
 	close(fs.release)
 	require.NoError(t, <-done)
-	got, err := s.Get(context.Background(), "t1")
-	require.NoError(t, err)
-	assert.Equal(t, "t1", got.Task.ID)
+	return s
 }
 
 // TestAfterABusySyncTheSyncerWaitsForCompany: after a sync that carried
