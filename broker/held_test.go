@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,4 +303,148 @@ func (s sessionOpener) HostMethods() map[string]transport.HostMethod {
 			return map[string]string{}, nil
 		},
 	}
+}
+
+// slowPut is a store whose registrations take as long as a sync.
+type slowPut struct{ store.Store }
+
+func (s slowPut) PutRegistration(ctx context.Context, r store.Registration) error {
+	time.Sleep(2 * time.Millisecond)
+	return s.Store.PutRegistration(ctx, r)
+}
+
+// TestTheCapsHoldWhileRegistrationsAreStored: registrations at once,
+// each waiting for the disk, cannot pass a cap together.
+func TestTheCapsHoldWhileRegistrationsAreStored(t *testing.T) {
+	for name, cfg := range map[string]broker.Config{
+		"session": {MaxAgentsPerSession: 2},
+		"host":    {MaxAgents: 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg.Store = slowPut{store.NewMemory()}
+			e := newEnv(t, cfg)
+			var ok atomic.Int32
+			var wg sync.WaitGroup
+			for i := range 50 {
+				wg.Go(func() {
+					if _, err := e.tryRegister(fmt.Sprint("s", i%2), "x", fmt.Sprint("i", i)); err == nil {
+						ok.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			want := int32(3)
+			if name == "session" {
+				want = 4 // two sessions of two
+			}
+			assert.Equal(t, want, ok.Load())
+		})
+	}
+}
+
+// delStore is a store whose registration deletions can fail, or wait.
+type delStore struct {
+	store.Store
+	mu      sync.Mutex
+	fail    bool
+	block   chan struct{} // non-nil: a deletion waits for it
+	entered chan struct{}
+	failed  atomic.Int32 // deletions failed
+}
+
+func (g *delStore) set(fail bool, block chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.fail, g.block = fail, block
+	if block != nil {
+		g.entered = make(chan struct{}, 1)
+	}
+}
+
+func (g *delStore) DeleteRegistration(ctx context.Context, inst string) error {
+	g.mu.Lock()
+	fail, block, entered := g.fail, g.block, g.entered
+	g.mu.Unlock()
+	if block != nil {
+		entered <- struct{}{}
+		<-block
+	}
+	if fail {
+		g.failed.Add(1)
+		return errors.New("injected: the disk is full")
+	}
+	return g.Store.DeleteRegistration(ctx, inst)
+}
+
+// TestADepartedNameIsFreeOnlyOnceTheStoreForgotIt: while a
+// deregistration's deletion is on its way to the disk, its name goes to
+// no one (a crash then would leave the store with the name twice).
+func TestADepartedNameIsFreeOnlyOnceTheStoreForgotIt(t *testing.T) {
+	st := &delStore{Store: store.NewMemory()}
+	e := newEnv(t, broker.Config{Store: st})
+	a := e.registerInstance("chat-a", "planner", "inst-a")
+	block := make(chan struct{})
+	st.set(false, block)
+	done := make(chan error, 1)
+	go func() { done <- a.tryDeregister() }()
+	<-st.entered
+	b := e.registerInstance("chat-b", "planner", "inst-b")
+	assert.Equal(t, "planner-2", b.id, "the name is not free while its deletion is pending")
+	close(block)
+	require.NoError(t, <-done)
+	st.set(false, nil)
+	assert.Equal(t, "planner", e.registerInstance("chat-c", "planner", "inst-c").id, "free once deleted")
+}
+
+// TestAFailedDeletionKeepsTheNameHeld: a deregistration the store cannot
+// record answers -32603; the registry keeps the name held, as the store
+// does, and the agent's tasks are closed all the same.
+func TestAFailedDeletionKeepsTheNameHeld(t *testing.T) {
+	st := &delStore{Store: store.NewMemory()}
+	e := newEnv(t, broker.Config{Store: st})
+	a := e.registerInstance("chat-a", "planner", "inst-a")
+	peer := e.registerInstance("chat-p", "peer", "inst-p")
+	task := peer.mustSend("planner", "work")
+	st.set(true, nil)
+	requireCode(t, a.tryDeregister(), wire.ErrInternal)
+	st.set(false, nil)
+	got, err := peer.get(task.ID)
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateFailed, got.Status.State)
+	assert.Equal(t, "planner-2", e.registerInstance("chat-b", "planner", "inst-b").id)
+	_, err = e.tryRegister("chat-x", "planner", "inst-a")
+	requireCode(t, err, wire.ErrInvalidParams)
+	assert.Equal(t, "planner", e.registerInstance("chat-a", "planner", "inst-a").id, "its own agent gets it back")
+}
+
+// TestTheOrphanSweepTriesAgain: a hold the store could not let go at the
+// orphan timeout is let go once it can.
+func TestTheOrphanSweepTriesAgain(t *testing.T) {
+	st := &delStore{Store: store.NewMemory()}
+	r := &restartable{t: t, st: st, cfg: broker.Config{Store: st, OrphanTimeout: 50 * time.Millisecond}}
+	e := r.run()
+	e.registerInstance("chat-a", "planner", "inst-a")
+	st.set(true, nil)
+	e = r.run()
+	require.Eventually(t, func() bool { return st.failed.Load() > 0 }, 10*time.Second, 10*time.Millisecond, "the sweep tried")
+	_, err := e.tryRegister("chat-x", "x", "inst-a")
+	requireCode(t, err, wire.ErrInvalidParams) // still held
+	st.set(false, nil)
+	require.Eventually(t, func() bool {
+		a, err := e.tryRegister("chat-x", "planner", "inst-a")
+		return err == nil && a.id == "planner"
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// TestHeldAgentsCountAgainstTheirSessionsCap: a session's newcomers
+// cannot lock out its agents that are coming back.
+func TestHeldAgentsCountAgainstTheirSessionsCap(t *testing.T) {
+	r := newRestartable(t, broker.Config{MaxAgentsPerSession: 1, OrphanTimeout: -1})
+	e := r.run()
+	e.registerInstance("chat-1", "planner", "inst-1")
+	e = r.run()
+	_, err := e.tryRegister("chat-1", "other", "inst-2")
+	requireCode(t, err, wire.ErrAgentLimit)
+	assert.Contains(t, err.Error(), "held for it since a restart (1)")
+	assert.Equal(t, "planner", e.registerInstance("chat-1", "planner", "inst-1").id)
 }

@@ -75,8 +75,27 @@ func (b *Broker) startOrphanSweep(ctx context.Context) error {
 			return
 		case <-timer.C:
 		}
-		for _, m := range members {
-			b.sweepOrphan(m.instance, m.session)
+		// What cannot be let go now (the store failed) is tried again,
+		// backing off, until it is or the broker closes.
+		retry := time.Second
+		for len(members) > 0 {
+			var failed []member
+			for _, m := range members {
+				if !b.sweepOrphan(m.instance, m.session) {
+					failed = append(failed, m)
+				}
+			}
+			if members = failed; len(members) == 0 {
+				break
+			}
+			wait := time.NewTimer(retry)
+			select {
+			case <-b.ctx.Done():
+				wait.Stop()
+				return
+			case <-wait.C:
+			}
+			retry = min(2*retry, time.Minute)
 		}
 		b.reg.mu.Lock()
 		b.reg.orphans = nil
@@ -87,19 +106,24 @@ func (b *Broker) startOrphanSweep(ctx context.Context) error {
 
 // sweepOrphan lets go of an instance that has not come back: its held
 // registration, then its tasks. It holds the instance so that it cannot
-// come back halfway.
-func (b *Broker) sweepOrphan(instance, session string) {
+// come back halfway. It reports false when the store failed it, to be
+// tried again.
+func (b *Broker) sweepOrphan(instance, session string) bool {
 	unlock := b.lockInstance(instance)
 	defer unlock()
 	b.reg.mu.RLock()
 	back := !b.reg.orphans[instance]
 	b.reg.mu.RUnlock()
 	if back {
-		return
+		return true
 	}
 	if _, err := b.release(b.ctx, instance, session); err != nil {
-		b.log.Warn("letting go of an agent that did not come back failed", "error", err.Message)
+		if b.ctx.Err() == nil {
+			b.log.Warn("letting go of an agent that did not come back failed; trying again later", "error", err.Message)
+		}
+		return false
 	}
+	return true
 }
 
 // release lets go of a held registration: it is deleted from the store,

@@ -115,9 +115,17 @@ type registry struct {
 	// and a held instance registers only in its own session.
 	held    map[string]*hold
 	heldIDs map[string]*hold
-	// reserved are the agentIds of registrations being stored: given to
-	// no one else meanwhile.
+	// heldIn counts the held registrations of each session.
+	heldIn map[string]int
+	// reserved are the agentIds of registrations being stored, and of
+	// departures being deleted from the store: given to no one else
+	// meanwhile, so that the store never holds one name twice.
 	reserved map[string]bool
+	// arriving counts the new agents whose registrations are being
+	// stored, per session and in all (""): the caps count them, so that
+	// registrations at once cannot pass a cap while they wait for the
+	// disk.
+	arriving map[string]int
 }
 
 // hold is a registration kept for an agent that has not come back since
@@ -136,7 +144,9 @@ func (r *registry) init() {
 	r.hint = map[string]int{}
 	r.held = map[string]*hold{}
 	r.heldIDs = map[string]*hold{}
+	r.heldIn = map[string]int{}
 	r.reserved = map[string]bool{}
+	r.arriving = map[string]int{}
 }
 
 // taken reports whether an agentId is live, held or being stored. r.mu
@@ -232,7 +242,11 @@ func (r *registry) hold(reg store.Registration) {
 	if h.id != "" && r.taken(h.id) {
 		h.id = ""
 	}
+	if old := r.held[h.instance]; old != nil {
+		r.unhold(old.instance)
+	}
 	r.held[h.instance] = h
+	r.heldIn[h.session]++
 	if h.id != "" {
 		r.heldIDs[h.id] = h
 	}
@@ -245,6 +259,9 @@ func (r *registry) unhold(instance string) *hold {
 		return nil
 	}
 	delete(r.held, instance)
+	if r.heldIn[h.session]--; r.heldIn[h.session] <= 0 {
+		delete(r.heldIn, h.session)
+	}
 	if h.id != "" && r.heldIDs[h.id] == h {
 		delete(r.heldIDs, h.id)
 		r.free(h.id)
@@ -451,6 +468,17 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 		r.mu.Unlock()
 		return refused
 	}
+	// A new agent counts against the caps while it is stored.
+	arriving := old == nil && h == nil
+	if arriving {
+		r.arriving[a.session]++
+		r.arriving[""]++
+	}
+	done := func() { // r.mu is held
+		if arriving {
+			r.arrived(a.session)
+		}
+	}
 	reserved := false
 	switch {
 	case old != nil && old.name == a.name:
@@ -466,12 +494,13 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 	a.card, _ = json.Marshal(card) // checked above, but for the suffix
 	err := b.store.PutRegistration(ctx, store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name, Card: a.card})
 	if err != nil {
+		r.mu.Lock()
 		if reserved {
-			r.mu.Lock()
 			delete(r.reserved, a.id)
 			r.free(a.id)
-			r.mu.Unlock()
 		}
+		done()
+		r.mu.Unlock()
 		return b.storeFailure("store the registration", err)
 	}
 	if old != nil {
@@ -490,7 +519,17 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 	r.unhold(a.instance)
 	delete(r.reserved, a.id)
 	r.add(a)
+	done()
 	return nil
+}
+
+// arrived ends the count of an arriving agent. r.mu is held.
+func (r *registry) arrived(session string) {
+	for _, k := range []string{session, ""} {
+		if r.arriving[k]--; r.arriving[k] <= 0 {
+			delete(r.arriving, k)
+		}
+	}
 }
 
 // ownedElsewhere reports whether instance is the id of one of the
@@ -500,20 +539,24 @@ func (b *Broker) ownedElsewhere(instance, session string) bool {
 	return slices.Contains(b.cfg.OwnedInstances, instance) && !slices.Contains(b.cfg.HiddenSessions, session)
 }
 
-// capsAllow checks the live-agent caps for a new registration in
-// session; a replacing one (old != nil, same session) adds no agent, nor
-// does one that ends its own hold (h != nil) on the host. r.mu is held.
+// capsAllow checks the agent caps for a new registration in session. A
+// session's count and the host's are its live agents, those held for
+// them since a restart (which may all come back, and which the store
+// keeps: restarts in a row cannot pile them up), and those being stored.
+// A replacing registration (old != nil, same session) adds no agent, nor
+// does one that ends its own hold (h != nil). r.mu is held.
 func (b *Broker) capsAllow(old *agent, h *hold, session string) *wire.Error {
-	if old != nil {
+	if old != nil || h != nil {
 		return nil
 	}
 	r := &b.reg
-	if len(r.bySession[session]) >= b.cfg.MaxAgentsPerSession {
+	if len(r.bySession[session])+r.heldIn[session]+r.arriving[session] >= b.cfg.MaxAgentsPerSession {
+		if r.heldIn[session] > 0 {
+			return wire.ErrAgentLimit.Withf("session already has %d live agents and agents held for it since a restart (%d) (--max-agents-per-session); deregister some, or close the session to let the held ones go", b.cfg.MaxAgentsPerSession, r.heldIn[session])
+		}
 		return wire.ErrAgentLimit.Withf("session already has %d live agents (--max-agents-per-session); deregister some first", b.cfg.MaxAgentsPerSession)
 	}
-	// Held registrations count: they may all come back, and the store
-	// keeps them, so that restarts in a row cannot pile them up.
-	if h == nil && len(r.byID)+len(r.held) >= b.cfg.MaxAgents {
+	if len(r.byID)+len(r.held)+r.arriving[""] >= b.cfg.MaxAgents {
 		if len(r.held) > 0 {
 			return wire.ErrAgentLimit.Withf("the host already has %d live agents and agents held since a restart (%d); deregister some first, or close the sessions of those that will not come back", b.cfg.MaxAgents, len(r.held))
 		}
@@ -553,23 +596,37 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 	if !a.revoke() {
 		return false, nil
 	}
+	// Its name stays reserved until the store has forgotten it: were it
+	// given to another meanwhile, a crash could leave the store with the
+	// name twice.
 	b.reg.mu.Lock()
 	b.reg.remove(a)
+	b.reg.reserved[a.id] = true
 	b.reg.mu.Unlock()
 	b.pushes.forget(a.instance)
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
 	ctx = context.WithoutCancel(ctx)
+	var failed *wire.Error
 	if err := b.store.DeleteRegistration(ctx, a.instance); err != nil {
-		// Its name stays in the store: a restart holds it until the
-		// orphan timeout, then lets it go.
-		b.log.Error("deregistered agent's registration not removed from the store", "agentId", a.id, "error", err)
-		return true, wire.ErrInternal.Withf("the agent is deregistered, but removing its registration from the store failed")
+		// The store still has it: so does the registry, as a hold, until
+		// the session closes or a restart's orphan timeout lets it go.
+		b.log.Error("deregistered agent's registration not removed from the store; its name stays held", "agentId", a.id, "error", err)
+		failed = wire.ErrInternal.Withf("the agent is deregistered, but removing its registration from the store failed: its name stays held")
+		b.reg.mu.Lock()
+		delete(b.reg.reserved, a.id)
+		b.reg.hold(store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name})
+		b.reg.mu.Unlock()
+	} else {
+		b.reg.mu.Lock()
+		delete(b.reg.reserved, a.id)
+		b.reg.free(a.id)
+		b.reg.mu.Unlock()
 	}
 	if err := b.closeTasksOf(ctx, a.instance, a.session); err != nil {
 		b.log.Error("deregistered agent's tasks not all closed", "agentId", a.id, "error", err.Message)
 		return true, wire.ErrInternal.Withf("the agent is deregistered, but closing its tasks failed: %s", err.Message)
 	}
-	return true, nil
+	return true, failed
 }
 
 func (b *Broker) listAgents(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {

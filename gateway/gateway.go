@@ -29,20 +29,25 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 
+	"github.com/a2a-bus/a2a-bus/internal/brokerid"
 	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // DefaultSession is the gateway's session.
-const DefaultSession = "a2a-gateway"
+const DefaultSession = brokerid.GatewaySession
 
 // Instance is the instance id of the gateway's agent when
 // Config.Instance is "": a well-known id, which the gateway of a2a-bus
-// serve no longer uses (it keeps one of its own, KeptInstance). A broker
+// serve no longer uses (it keeps one of its own in the data dir). A broker
 // owns it all the same (broker.Config.OwnedInstances), so that no
 // session can read the tasks an earlier version's gateway left under it.
-const Instance = "a2a-gateway"
+const Instance = brokerid.LegacyGatewayInstance
+
+// InstanceFile is the file in a broker's data dir that keeps the instance
+// id of the gateway's agent.
+const InstanceFile = brokerid.InstanceFile
 
 // pollEvery is how often a waiting request reads its task again, events
 // or not: a safety net under the event feed (a session closed by the
@@ -57,7 +62,7 @@ type Config struct {
 	// Instance is the instance id of the gateway's agent; it should be
 	// one of the broker's OwnedInstances, so that no session can take it.
 	// The same id on every run of a broker gives the gateway its tasks
-	// back (KeptInstance). "" means Instance.
+	// back. "" means Instance.
 	Instance string
 	// Token is the bearer token every request must carry.
 	Token string

@@ -79,3 +79,19 @@ func spawnIn(t *testing.T, h *host.Host, session, name, instance string) string 
 	require.NoError(t, json.Unmarshal(res, &r))
 	return r.AgentID
 }
+
+// TestAHostsBrokerOwnsTheGatewaysIdentities: the data dir a host's
+// broker uses may be serve's, with tasks the gateway's clients left: no
+// session of the host can take the gateway's agent there either.
+func TestAHostsBrokerOwnsTheGatewaysIdentities(t *testing.T) {
+	h, err := host.Open(context.Background(), host.Config{Bus: host.NATS, DataDir: t.TempDir()})
+	require.NoError(t, err)
+	defer h.Close()
+	s, err := h.Client().Session(context.Background(), "evil")
+	require.NoError(t, err)
+	_, err = s.Call(context.Background(), wire.MethodRegister, wire.RegisterParams{ContextID: "evil", Card: &wire.AgentCard{Name: "a2a-gateway"}, InstanceID: "a2a-gateway"})
+	var we *wire.Error
+	require.ErrorAs(t, err, &we)
+	assert.Equal(t, wire.ErrInvalidParams.Code, we.Code)
+	assert.Contains(t, we.Message, "the broker's own agent")
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/internal/brokerid"
 	"github.com/a2a-bus/a2a-bus/internal/connfile"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
@@ -147,6 +148,14 @@ func (h *Host) openDataDir() error {
 	}
 	h.cfg.DataDir = dir
 	st, err := pebblestore.Open(h.cfg.DataDir, pebblestore.Options{Logger: h.cfg.Logger})
+	if err == nil {
+		// The data dir may be serve's too: the gateway's identities on
+		// it are the broker's own here as well (docs/PROTOCOL.md §12).
+		if _, err = brokerid.Own(&h.cfg.Broker, h.cfg.DataDir); err != nil {
+			st.Close()
+			return err
+		}
+	}
 	if errors.Is(err, pebblestore.ErrLocked) {
 		return fmt.Errorf("host: %w: another broker (a2a-bus serve, or another host) uses this data dir; join it with Config.ConnectionFile, or give this host its own Config.DataDir", err)
 	}

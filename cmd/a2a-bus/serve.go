@@ -17,6 +17,7 @@ import (
 
 	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/gateway"
+	"github.com/a2a-bus/a2a-bus/internal/brokerid"
 	"github.com/a2a-bus/a2a-bus/internal/connfile"
 	"github.com/a2a-bus/a2a-bus/internal/secret"
 	"github.com/a2a-bus/a2a-bus/internal/version"
@@ -233,9 +234,9 @@ func ptr[T any](v T) *T { return &v }
 // brokerConfig is the broker's config from the flags. The A2A gateway's
 // session and agent are the broker's own whether the gateway is on or
 // off: no session can open the one or register the other, so that none
-// can read what the gateway's clients left in the store. gatewayInstance
-// is the gateway agent's id, kept in the data dir.
-func (o *serveOptions) brokerConfig(st store.Store, gatewayInstance string, log *slog.Logger) broker.Config {
+// can read what the gateway's clients left in the store. It returns the
+// gateway agent's instance id, kept in the data dir.
+func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) (broker.Config, string, error) {
 	orphan := o.orphanTimeout
 	if orphan == 0 {
 		orphan = -1 // the flag's 0 disables; the Config's 0 is the default
@@ -248,7 +249,7 @@ func (o *serveOptions) brokerConfig(st store.Store, gatewayInstance string, log 
 	if retention.MaxTerminal == 0 {
 		retention.MaxTerminal = -1
 	}
-	return broker.Config{
+	cfg := broker.Config{
 		BusName:             o.bus,
 		Retention:           retention,
 		Store:               st,
@@ -258,9 +259,9 @@ func (o *serveOptions) brokerConfig(st store.Store, gatewayInstance string, log 
 		ReplayWindow:        o.replayWindow,
 		OrphanTimeout:       orphan,
 		Logger:              log,
-		HiddenSessions:      []string{gateway.DefaultSession},
-		OwnedInstances:      []string{gatewayInstance, gateway.Instance},
 	}
+	instance, err := brokerid.Own(&cfg, o.dataDir)
+	return cfg, instance, err
 }
 
 func serve(ctx context.Context, o serveOptions, log *slog.Logger, gate *gateWriter) error {
@@ -321,11 +322,11 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	if err := claim.Write(info); err != nil {
 		return err
 	}
-	gwInstance, err := gateway.KeptInstance(o.dataDir)
+	cfg, gwInstance, err := o.brokerConfig(st, log)
 	if err != nil {
 		return err
 	}
-	b, err := broker.New(ctx, bus, o.brokerConfig(st, gwInstance, log))
+	b, err := broker.New(ctx, bus, cfg)
 	if err != nil {
 		return err
 	}
@@ -432,12 +433,12 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	defer st.Close()
 	in, out := pipebus.Stdio(log)
 	bus := pipebus.New(in, out, pipebus.Config{MaxMessageBytes: o.maxMessageBytes, Logger: log})
-	gwInstance, err := gateway.KeptInstance(o.dataDir)
+	cfg, _, err := o.brokerConfig(st, log)
 	if err != nil {
 		bus.Close()
 		return err
 	}
-	b, err := broker.New(ctx, bus, o.brokerConfig(st, gwInstance, log))
+	b, err := broker.New(ctx, bus, cfg)
 	if err != nil {
 		bus.Close()
 		return err
