@@ -124,9 +124,11 @@ func TestAHeldAgentComesBackWithItsTasks(t *testing.T) {
 	_, err := stale.get(task.ID)
 	requireCode(t, err, wire.ErrUnauthorized)
 	time.Sleep(400 * time.Millisecond) // past the orphan timeout: nothing to sweep
-	got, err := b.update(task.ID, wire.StateCompleted, "done")
+	_, err = b.update(task.ID, wire.StateCompleted, "done")
 	require.NoError(t, err)
-	assert.Equal(t, wire.StateCompleted, got.Status.State)
+	got, err := a.get(task.ID)
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateCompleted, got.Status.State, "the requester, back too, reads the result")
 }
 
 // TestDeregisteringForgetsTheName: a deregistered agent's name is not
