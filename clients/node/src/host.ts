@@ -1,5 +1,6 @@
 import { ClosedError } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
+import { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 import { NatsBus } from "./nats.js";
 import { PipeBus } from "./pipe.js";
 import { Session, type Retry } from "./runtime.js";
@@ -44,6 +45,24 @@ export interface HostOptions {
   args?: string[];
   /** How long a call waits for its answer before it counts as lost (ms, default 30 000). */
   callTimeoutMs?: number;
+  /**
+   * How long the broker has to answer a health check (a2a.admin.info)
+   * before the host takes it for dead (ms, default 5 000). The host checks
+   * when a call has waited this long, and every 10 s while it hears
+   * nothing from the broker. A dead broker is replaced: a child or a
+   * sidecar this host started is killed (SIGKILL) and started again on
+   * the same data dir; a broker it joined is dialled again from its
+   * connection file. Waiting delegates resync as after a restart.
+   *
+   * Five seconds: a broker on the same machine answers in a millisecond
+   * or two, a busy one well within a second, so a broker silent for five
+   * is stuck (stopped, deadlocked, its disk hung), not slow; and a
+   * delegate waiting on it is served again within about ten (a stalled
+   * call noticed, then the check's deadline). A check whose deadline fired
+   * late because this process itself did not run (a laptop lid, a
+   * debugger) is made again before anything is killed.
+   */
+  healthTimeoutMs?: number;
   /** How often a waiting delegate's session polls for a lost event (ms, default 2 000). */
   pollMs?: number;
   /** How a change whose answer was lost is tried again; what is left out (or not positive) is the default's. */
@@ -79,11 +98,12 @@ export class Host {
       dataDir: o.dataDir, // undefined: no --data-dir, serve's default
       args: o.args ?? [],
       callTimeoutMs: positive(o.callTimeoutMs, 30_000),
+      healthTimeoutMs: positive(o.healthTimeoutMs, DEFAULT_HEALTH_TIMEOUT_MS),
       logger: o.logger ?? quiet,
     };
     let bus: PipeBus | NatsBus;
     if (kind === "pipe") {
-      bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args) });
+      bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) });
     } else if (kind === "nats") {
       const join = o.binary === undefined && o.connectionFile !== undefined;
       bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile });
@@ -189,4 +209,24 @@ export function messageLimit(args: string[]): number {
   }
   v ??= process.env.A2A_BUS_MAX_MESSAGE_BYTES || undefined;
   return positive(v === undefined ? undefined : Number(v), 1 << 20);
+}
+
+/** wire.MinPayload and wire.MaxPayload: the bounds of a broker's payload limit. */
+const MIN_PAYLOAD = 8 << 20;
+const MAX_PAYLOAD = 64 << 20;
+
+/**
+ * The longest line a broker started with these args writes on the pipe:
+ * its payload limit, which derives from its message limit as wire.NewLimits
+ * derives it (eight times it, within 8 and 64 MiB: 8 MiB by default). No
+ * response or notification is longer. When the message limit may come
+ * from a --config file (given in args or A2A_BUS_CONFIG, and neither
+ * --max-message-bytes nor A2A_BUS_MAX_MESSAGE_BYTES), the largest payload
+ * any broker has, 64 MiB, as the Go host reads.
+ */
+export function lineLimit(args: string[]): number {
+  const named = (flag: string) => args.some((a) => new RegExp(`^--?${flag}(?:=|$)`).test(a));
+  const limitGiven = named("max-message-bytes") || !!process.env.A2A_BUS_MAX_MESSAGE_BYTES;
+  if (!limitGiven && (named("config") || !!process.env.A2A_BUS_CONFIG)) return MAX_PAYLOAD;
+  return Math.min(Math.max(8 * messageLimit(args), MIN_PAYLOAD), MAX_PAYLOAD);
 }

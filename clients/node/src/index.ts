@@ -1,4 +1,5 @@
 export { Host, type HostOptions } from "./host.js";
+export { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 export {
   Session,
   Delegate,

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { connect as tcpConnect } from "node:net";
 import { isAbsolute } from "node:path";
-import { createInterface } from "node:readline";
 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 
@@ -15,6 +15,8 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
+import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
+import { stderrLines } from "./lines.js";
 import { Queue, raceAbort, sleep, subjectToken } from "./util.js";
 
 export interface NatsOptions {
@@ -26,6 +28,8 @@ export interface NatsOptions {
   dataDir: string | undefined;
   args: string[];
   callTimeoutMs: number;
+  /** How long the broker has to answer a health check before it is taken for dead (ms). */
+  healthTimeoutMs: number;
   logger: Logger;
 }
 
@@ -33,7 +37,16 @@ interface Link {
   gen: number;
   nc: NatsConnection;
   info: ConnectionInfo;
+  /** The sidecar this host started, when the link was dialled while it ran. */
+  child?: ChildProcess;
+  /** Watches the broker while the link is up. */
+  dog?: Watchdog;
+  /** The broker did not answer a health check: the link is being dropped. */
+  dead?: boolean;
 }
+
+/** How long a dial may take, the server's greeting included. */
+const DIAL_TIMEOUT_MS = 2000;
 
 const enc = new TextEncoder();
 
@@ -44,7 +57,11 @@ const enc = new TextEncoder();
  * (docs/PROTOCOL.md §2.2). When the broker goes away the host reads its
  * connection file again until it names a live broker (restarting the
  * sidecar first when it is the host's own child) and reconnects; each
- * session opens its credential again on first use.
+ * session opens its credential again on first use. A broker that is alive
+ * but does not answer a health check within healthTimeoutMs (checked when
+ * a call stalls, and every 10 s while it says nothing) is taken for gone
+ * likewise: its connections are dropped, and a sidecar the host started is
+ * killed (SIGKILL) first, so that it is started again.
  */
 export class NatsBus implements Bus {
   readonly kind = "nats" as const;
@@ -90,7 +107,7 @@ export class NatsBus implements Bus {
     return new Promise((resolve, reject) => {
       let first: string | undefined;
       const said: string[] = []; // its last lines, for the error when it never got going
-      createInterface({ input: child.stderr!, crlfDelay: Infinity }).on("line", (line) => {
+      stderrLines(child.stderr!, (line) => {
         if (first === undefined) {
           first = line;
           // Its first line is the connection file's path.
@@ -141,29 +158,69 @@ export class NatsBus implements Bus {
     if (!info.token) {
       throw new Error(`the broker of ${this.path} has no host token: a Node host needs serve's embedded NATS server`);
     }
+    // A stopped broker's port accepts but never answers, and a dial that
+    // times out leaves its socket open until the server answers or dies:
+    // first see that it greets, on a socket of ours.
+    await greets(info.url, DIAL_TIMEOUT_MS);
     const nc = await connect({
       servers: info.url,
       token: info.token,
       reconnect: false,
       name: "a2a-bus-node-host",
-      timeout: 2000,
+      timeout: DIAL_TIMEOUT_MS,
     });
-    return { gen: ++this.gen, nc, info };
+    return { gen: ++this.gen, nc, info, child: this.child };
   }
 
   private up(link: Link): void {
     this.link = link;
     this.setLink(link);
+    link.dog = new Watchdog({
+      timeoutMs: this.o.healthTimeoutMs,
+      idleMs: HEALTH_IDLE_MS,
+      probe: () => this.request(link.nc, "a2a.host.rpc", "a2a.admin.info", {}).catch((err) => {
+        if (!(err instanceof A2ABusError)) throw err; // an error answer is an answer
+      }),
+      dead: (why) => this.condemn(link, why),
+      logger: this.o.logger,
+    });
     this.supervisor = this.supervise(link);
+  }
+
+  /**
+   * Takes a broker that does not answer for gone: a sidecar this host
+   * started is killed (its exit starts it again), and the link's
+   * connections are closed, which starts the rejoin. Told once.
+   */
+  private condemn(link: Link, why: string): void {
+    if (link.dead || this.closed) return;
+    link.dead = true;
+    link.dog?.stop();
+    const child = link.child;
+    const own = child !== undefined && child === this.child && child.exitCode === null && child.signalCode === null;
+    this.o.logger.warn(
+      `the broker (pid ${link.info.pid}) is taken for dead: ${why}; ${own ? "killing it and starting it again" : "reconnecting from its connection file"}`,
+    );
+    if (own) child.kill("SIGKILL");
+    this.down(link);
+    for (const s of this.sessions) s.drop(link.gen);
+    void link.nc.close().catch(() => {});
+  }
+
+  /** The link is no longer the current one: calls wait for the next. */
+  private down(link: Link): void {
+    if (this.link !== link) return;
+    this.link = undefined;
+    this.linkUp = new Promise((r) => (this.setLink = r));
   }
 
   /** Waits for a link to end, then dials until a broker answers. */
   private async supervise(link: Link): Promise<void> {
     await link.nc.closed();
+    link.dog?.stop();
     if (this.closed) return;
-    this.o.logger.info("lost the broker; rejoining");
-    this.link = undefined;
-    this.linkUp = new Promise((r) => (this.setLink = r));
+    if (!link.dead) this.o.logger.info("lost the broker; rejoining");
+    this.down(link);
     let wait = 50;
     while (!this.closed) {
       const relaunches = this.relaunches;
@@ -195,12 +252,12 @@ export class NatsBus implements Bus {
 
   /** The current link, waiting for one while the broker is away (callTimeoutMs at most). */
   async current(signal?: AbortSignal): Promise<Link> {
-    if (this.link && !this.link.nc.isClosed()) return this.link;
+    if (usable(this.link)) return this.link;
     const give = AbortSignal.timeout(this.o.callTimeoutMs);
     const both = signal ? AbortSignal.any([signal, give]) : give;
     for (;;) {
       if (this.closed) throw new ClosedError("the host is closed");
-      if (this.link && !this.link.nc.isClosed()) return this.link;
+      if (usable(this.link)) return this.link;
       try {
         await raceAbort(this.linkUp, both);
       } catch (err) {
@@ -213,9 +270,13 @@ export class NatsBus implements Bus {
   /** One request on a connection, its answer decoded. */
   async request(nc: NatsConnection, subject: string, method: string, params: object, signal?: AbortSignal): Promise<any> {
     const body = enc.encode(JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }));
+    const dog = this.link?.dog;
+    // A call that stalls past the health deadline has the broker checked.
+    const unwatch = dog?.watch();
     let msg;
     try {
       msg = await raceAbort(nc.request(subject, body, { timeout: this.o.callTimeoutMs }), signal);
+      dog?.heard();
     } catch (err) {
       if (signal?.aborted && err === signal.reason) throw err;
       if (this.closed) throw new ClosedError("the host is closed");
@@ -224,6 +285,8 @@ export class NatsBus implements Bus {
         throw tooLarge(method, body.length, nc.info?.max_payload ?? 0);
       }
       throw new UnavailableError(`${method}: ${(err as Error).message}`, { cause: err });
+    } finally {
+      unwatch?.();
     }
     return resultOf(method, msg.json());
   }
@@ -246,7 +309,7 @@ export class NatsBus implements Bus {
 
   /** @internal the current link's generation; 0 while down. */
   linkGen(): number {
-    return this.link && !this.link.nc.isClosed() ? this.link.gen : 0;
+    return usable(this.link) ? this.link.gen : 0;
   }
 
   /** @internal */
@@ -276,6 +339,7 @@ export class NatsBus implements Bus {
     if (this.closed) return;
     this.closed = true;
     this.stopping.abort();
+    this.link?.dog?.stop();
     await Promise.all([...this.sessions].map((s) => s.close(false)));
     const link = this.link;
     this.link = undefined;
@@ -345,7 +409,7 @@ class NatsSession implements SessionLink {
       inboxPrefix: `_INBOX.${this.token}`,
       reconnect: false,
       name: `a2a-bus-node-session`,
-      timeout: 2000,
+      timeout: DIAL_TIMEOUT_MS,
     });
     if (this.closed) {
       await nc.close();
@@ -400,6 +464,14 @@ class NatsSession implements SessionLink {
     return handle;
   }
 
+  /** @internal Closes the session's connection of link generation gen (its broker is taken for gone): it opens again on the next link. */
+  drop(gen: number): void {
+    const c = this.conn;
+    if (!c || c.gen !== gen) return;
+    this.conn = undefined;
+    void c.nc.close().catch(() => {});
+  }
+
   async close(revoke = false): Promise<void> {
     if (this.closed) return;
     if (revoke) {
@@ -418,4 +490,34 @@ class NatsSession implements SessionLink {
     if (c && !c.nc.isClosed()) await c.nc.close().catch(() => {});
     this.bus.forget(this);
   }
+}
+
+/** A link that calls may use: up, and not being dropped. */
+function usable(link: Link | undefined): link is Link {
+  return link !== undefined && !link.dead && !link.nc.isClosed();
+}
+
+/**
+ * Resolves once the NATS server at url sends its greeting (INFO) on a new
+ * connection, rejects when it has not within ms: the socket is closed
+ * either way.
+ */
+function greets(url: string, ms: number): Promise<void> {
+  const u = new URL(url.includes("://") ? url : `nats://${url}`);
+  const host = u.hostname.replace(/^\[|\]$/g, "");
+  const port = Number(u.port || 4222);
+  return new Promise((resolve, reject) => {
+    const sock = tcpConnect({ host, port });
+    const finish = (err?: Error) => {
+      clearTimeout(timer);
+      sock.destroy();
+      if (err) reject(err);
+      else resolve();
+    };
+    const timer = setTimeout(() => finish(new Error(`the broker at ${url} did not answer within ${ms} ms`)), ms);
+    timer.unref();
+    sock.once("data", () => finish());
+    sock.once("error", (err) => finish(err));
+    sock.once("close", () => finish(new Error(`the broker at ${url} closed the connection`)));
+  });
 }

@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { createInterface } from "node:readline";
 
-import { ClosedError, UnavailableError, invalidRequest, tooLarge } from "./errors.js";
+import { A2ABusError, ClosedError, UnavailableError, invalidRequest, tooLarge } from "./errors.js";
 import {
   SUBSCRIPTION_QUEUE,
   resultOf,
@@ -12,6 +11,8 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
+import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
+import { LineSplitter, stderrLines } from "./lines.js";
 import { Queue, raceAbort, sleep } from "./util.js";
 
 export interface PipeOptions {
@@ -19,6 +20,13 @@ export interface PipeOptions {
   command: string[];
   /** The broker's message limit (--max-message-bytes): larger requests are refused here. */
   maxMessageBytes: number;
+  /**
+   * The longest line the broker can write (its payload limit): a longer
+   * one is not read, and the child is taken for broken and replaced.
+   */
+  maxLineBytes: number;
+  /** How long the child has to answer a health check before it is killed and started again (ms). */
+  healthTimeoutMs: number;
   /** --data-dir; undefined passes none (serve's default, the platform's state folder), "" keeps tasks in memory. */
   dataDir: string | undefined;
   args: string[];
@@ -38,6 +46,10 @@ interface Pending {
  * routes each notification to the session its recipientContextId names.
  * A child that dies is started again on the same data dir (50 ms, doubling
  * to 1 s while it keeps dying young); calls made meanwhile wait for it.
+ * A child that is alive but stuck is killed (SIGKILL) and started again
+ * likewise: one that does not answer a health check within
+ * healthTimeoutMs (checked when a call stalls, and every 10 s while it
+ * says nothing), or that writes a line longer than any broker writes.
  */
 export class PipeBus implements Bus {
   readonly kind = "pipe" as const;
@@ -52,6 +64,8 @@ export class PipeBus implements Bus {
   private starts = 0;
   private backoff = 50;
   private lastWords: string[] = []; // the broker's last lines on stderr, for an error
+  private dog?: Watchdog; // the current child's, once it has answered
+  private condemned = new WeakSet<ChildProcess>(); // children being killed as broken
 
   constructor(private readonly o: PipeOptions) {}
 
@@ -84,17 +98,43 @@ export class PipeBus implements Bus {
     let upAt: number | undefined;
     let markUp!: () => void;
     this.childUp = new Promise((r) => (markUp = r));
+    let dog: Watchdog | undefined;
+    let garbled = false; // told once per child
     child.stdin!.on("error", () => {}); // a dead child's stdin: its exit is handled below
-    createInterface({ input: child.stdout!, crlfDelay: Infinity }).on("line", (line) => this.onLine(line));
-    createInterface({ input: child.stderr!, crlfDelay: Infinity }).on("line", (line) => {
+    const lines = new LineSplitter(
+      this.o.maxLineBytes,
+      (line) => {
+        if (this.condemned.has(child)) return; // what it still writes is not read
+        if (!this.onLine(line) && !garbled) {
+          garbled = true;
+          this.o.logger.warn("the broker wrote a line that is not a JSON-RPC object; skipped, and the broker checked");
+          if (dog) dog.suspect("it wrote a line that is not a JSON-RPC object");
+          else this.condemn(child, "it wrote a line that is not a JSON-RPC object before it answered");
+        }
+      },
+      () => this.condemn(child, `it wrote a line longer than ${this.o.maxLineBytes} bytes, more than any broker writes`),
+    );
+    child.stdout!.on("data", (chunk: Buffer) => {
+      if (!this.condemned.has(child)) lines.push(chunk);
+    });
+    stderrLines(child.stderr!, (line) => {
       this.lastWords.push(line);
       if (this.lastWords.length > 3) this.lastWords.shift();
       this.o.logger.debug(`broker: ${line}`);
     });
+    // A child that never answers its first probe is stuck too; a broker
+    // opening a large store takes a while: a call's timeout.
+    const starting = setTimeout(() => {
+      if (upAt === undefined) this.condemn(child, `it did not answer within ${this.o.callTimeoutMs} ms of starting`);
+    }, this.o.callTimeoutMs);
+    starting.unref();
     this.exited = new Promise((resolve) => {
       child.once("error", (err) => this.o.logger.warn(`the broker could not start: ${err.message}`));
       child.once("close", (code, sig) => {
         resolve();
+        clearTimeout(starting);
+        dog?.stop();
+        if (this.dog === dog) this.dog = undefined;
         if (this.child !== child) return;
         this.child = this.ready = this.childUp = undefined;
         const lost = this.closed ? new ClosedError("the host is closed") : new UnavailableError(`the broker exited (${sig ?? code})`);
@@ -117,7 +157,16 @@ export class PipeBus implements Bus {
         method: "a2a.events.replay",
         resolve: () => {
           upAt = Date.now();
-          if (this.child === child) this.ready = child;
+          clearTimeout(starting);
+          if (this.child !== child) return;
+          this.ready = child;
+          dog = this.dog = new Watchdog({
+            timeoutMs: this.o.healthTimeoutMs,
+            idleMs: HEALTH_IDLE_MS,
+            probe: () => this.probe(child),
+            dead: (why) => this.condemn(child, why),
+            logger: this.o.logger,
+          });
           markUp();
         },
         reject: () => {}, // it died first: its close starts the next
@@ -126,36 +175,65 @@ export class PipeBus implements Bus {
     });
   }
 
-  private onLine(line: string): void {
-    if (line.trim() === "") return;
+  /**
+   * Takes a child that is alive but broken (stuck, or writing what no
+   * broker writes) for dead: it is killed, and its exit starts the next
+   * on the same data dir. Told once.
+   */
+  private condemn(child: ChildProcess, why: string): void {
+    if (this.closed || this.child !== child || child.exitCode !== null || child.signalCode !== null) return;
+    if (this.condemned.has(child)) return;
+    this.condemned.add(child);
+    this.o.logger.warn(`the broker (pid ${child.pid}) is taken for dead: ${why}; killing it and starting it again`);
+    child.kill("SIGKILL");
+  }
+
+  /** One a2a.admin.info on this child: resolves when it answers, whatever the answer. */
+  private probe(child: ChildProcess): Promise<void> {
+    if (this.child !== child || !child.stdin?.writable) return Promise.reject(new UnavailableError("the broker is gone"));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { method: "a2a.admin.info", resolve: () => resolve(), reject: (e) => (e instanceof A2ABusError ? resolve() : reject(e)) });
+      child.stdin!.write(JSON.stringify({ jsonrpc: "2.0", id, method: "a2a.admin.info", params: {} }) + "\n");
+    });
+  }
+
+  /** Handles one line of the broker's; false when it is no JSON-RPC object (no broker writes one). */
+  private onLine(raw: Buffer): boolean {
+    let i = 0;
+    while (i < raw.length && (raw[i] === 0x20 || raw[i] === 0x09 || raw[i] === 0x0d)) i++;
+    if (i === raw.length) return true; // blank
+    if (raw[i] !== 0x7b) return false; // "{": anything else is no JSON-RPC object, and not worth parsing
+    const line = raw.toString("utf8");
     let msg: any;
     try {
       msg = JSON.parse(line);
     } catch {
-      this.o.logger.warn("the broker wrote a line that is not JSON; skipped");
-      return;
+      return false;
     }
-    if (!msg || typeof msg !== "object" || Array.isArray(msg)) return;
+    if (!msg || typeof msg !== "object" || Array.isArray(msg)) return false;
     if ("id" in msg && !("method" in msg)) {
+      this.dog?.heard();
       if (msg.id === null && msg.error) {
         this.o.logger.warn(`the broker refused a request it could not read: ${msg.error.message}`);
-        return;
+        return true;
       }
       const p = this.pending.get(msg.id);
-      if (!p) return; // a call given up on
+      if (!p) return true; // a call given up on
       this.pending.delete(msg.id);
       try {
         p.resolve(resultOf(p.method, msg));
       } catch (err) {
         p.reject(err as Error);
       }
-      return;
+      return true;
     }
     if (typeof msg.method === "string" && msg.params && typeof msg.params === "object") {
       const id = sessionOf(msg);
       const set = id === undefined ? undefined : this.subs.get(id);
       if (set) for (const q of set) q.put(msg);
     }
+    return true;
   }
 
   /** Waits until a child that has answered runs, callTimeoutMs at most. */
@@ -164,10 +242,11 @@ export class PipeBus implements Bus {
     for (;;) {
       if (this.closed) throw new ClosedError("the host is closed");
       const child = this.child;
-      if (child && child === this.ready && child.stdin?.writable) return child;
+      const dying = child !== undefined && this.condemned.has(child);
+      if (child && child === this.ready && !dying && child.stdin?.writable) return child;
       deadline ??= AbortSignal.timeout(this.o.callTimeoutMs);
       // Starting: its first answer, or its end. Dying: its end. Between two: a moment.
-      const next = child === undefined ? sleep(50) : child === this.ready ? this.exited! : Promise.race([this.childUp!, this.exited!]);
+      const next = child === undefined ? sleep(50) : child === this.ready || dying ? this.exited! : Promise.race([this.childUp!, this.exited!]);
       try {
         await raceAbort(next, signal ? AbortSignal.any([signal, deadline]) : deadline);
       } catch (err) {
@@ -193,9 +272,12 @@ export class PipeBus implements Bus {
     const child = await this.live(method, signal);
     return new Promise((resolve, reject) => {
       const timeout = AbortSignal.timeout(this.o.callTimeoutMs);
+      // A call that stalls past the health deadline has the broker checked.
+      const unwatch = this.dog?.watch();
       const done = () => {
         signal?.removeEventListener("abort", onAbort);
         timeout.removeEventListener("abort", onTimeout);
+        unwatch?.();
       };
       const onAbort = () => {
         this.pending.delete(id);
@@ -203,13 +285,18 @@ export class PipeBus implements Bus {
         reject(signal!.reason);
       };
       const onTimeout = () => {
-        this.pending.delete(id);
-        done();
-        reject(new UnavailableError(`${method}: no answer within ${this.o.callTimeoutMs} ms`));
+        // An answer that came while this process did not run (stopped,
+        // its event loop blocked) is read after its timers: read it first.
+        setImmediate(() => {
+          if (this.pending.get(id) !== entry) return;
+          this.pending.delete(id);
+          done();
+          reject(new UnavailableError(`${method}: no answer within ${this.o.callTimeoutMs} ms`));
+        });
       };
       signal?.addEventListener("abort", onAbort, { once: true });
       timeout.addEventListener("abort", onTimeout, { once: true });
-      this.pending.set(id, {
+      const entry: Pending = {
         method,
         resolve: (v) => {
           done();
@@ -219,7 +306,8 @@ export class PipeBus implements Bus {
           done();
           reject(e);
         },
-      });
+      };
+      this.pending.set(id, entry);
       child.stdin!.write(line);
     });
   }
@@ -274,6 +362,7 @@ export class PipeBus implements Bus {
   async close(): Promise<void> {
     if (this.closed) return this.exited;
     this.closed = true;
+    this.dog?.stop();
     const child = this.child;
     if (child) {
       child.stdin?.end();
