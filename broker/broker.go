@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/a2a-bus/a2a-bus/internal/logsummary"
 	"github.com/a2a-bus/a2a-bus/internal/secret"
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/transport"
@@ -131,6 +132,11 @@ type Broker struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the orphan sweeper
+
+	// failures logs the store's failures and the requests they fail
+	// once, then a count a minute, not once a request (a full disk fails
+	// every change).
+	failures *logsummary.Logger
 }
 
 var _ transport.Handler = (*Broker)(nil)
@@ -202,6 +208,7 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 		epoch:   secret.Hex(16),
 		started: cfg.Now(),
 	}
+	b.failures = logsummary.New(b.log, 0)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	if limits.Message < cfg.MaxMessageBytes {
 		b.log.Warn("the bus carries less than the message limit allows: limits lowered to fit it",
@@ -320,6 +327,7 @@ func (b *Broker) Epoch() string { return b.epoch }
 func (b *Broker) Close() error {
 	b.cancel()
 	b.wg.Wait()
+	b.failures.Close()
 	return nil
 }
 
@@ -347,7 +355,7 @@ func (b *Broker) ServeRPC(ctx context.Context, from transport.Caller, raw []byte
 	res, rerr := b.call(ctx, from, req)
 	if rerr != nil {
 		if rerr.Code == wire.ErrInternal.Code {
-			b.log.Error("request failed", "method", req.Method, "error", rerr.Message)
+			b.failures.Error(logsummary.Key("request failed", req.Method, rerr.Message), "request failed", "method", req.Method, "error", rerr.Message)
 		}
 		return wire.ErrorResponse(req.ID, rerr)
 	}
@@ -382,11 +390,23 @@ func (b *Broker) call(ctx context.Context, from transport.Caller, req *wire.Requ
 }
 
 // storeFailure turns a store failure into the error a client sees. The
-// request may be retried.
+// request may be retried. Where the store says why in words a client may
+// see (a full disk), the error says it too.
 func (b *Broker) storeFailure(op string, err error) *wire.Error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return wire.ErrInternal.Withf("%s: the broker is shutting down", op)
 	}
-	b.log.Error("store failure", "op", op, "error", err)
+	b.failures.Error(logsummary.Key("store failure", op, err.Error()), "store failure", "op", op, "error", err)
+	var r reasoned
+	if errors.As(err, &r) {
+		return wire.ErrInternal.Withf("%s failed in the task store: %s", op, r.Reason())
+	}
 	return wire.ErrInternal.Withf("%s failed in the task store", op)
+}
+
+// reasoned is a store error that says why in words a client may see (no
+// paths): a durable store's full disk ("the disk is full"), say.
+type reasoned interface {
+	error
+	Reason() string
 }

@@ -161,11 +161,42 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		ctx, stop = watchParent(ctx, o.parentPID)
 		defer stop()
 	}
-	if err := serve(ctx, o, log, gate); err != nil {
+	if err := within(ctx, shutdownBound, log, func() error { return serve(ctx, o, log, gate) }); err != nil {
 		gate.open()
 		return report(stderr, "serve", err)
 	}
 	return exitOK
+}
+
+// shutdownBound is how long serve may take to stop once told to (a
+// signal, the parent gone): a full or stuck disk may hold up the task
+// store's close, which gives up after its own 2 s, and a broker told to
+// stop stops, within 5 s.
+const shutdownBound = 4 * time.Second
+
+// errShutdownAbandoned ends serve when its shutdown took too long.
+var errShutdownAbandoned = fmt.Errorf("the shutdown did not finish within %v; exiting without it (every acknowledged change is on disk)", shutdownBound)
+
+// within runs run, and returns its error; once ctx is done it waits for
+// run at most bound, then returns errShutdownAbandoned, leaving run to
+// end with the process.
+func within(ctx context.Context, bound time.Duration, log *slog.Logger, run func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- run() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		log.Error("shutdown abandoned", "after", bound)
+		return errShutdownAbandoned
+	}
 }
 
 func (o *serveOptions) validate() error {
@@ -345,6 +376,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	stopGateway()
 	bus.Close()
 	b.Close()
+	st.Close() // it logs what it gave up waiting for
 	if err := claim.Release(); err != nil {
 		log.Warn("removing the connection file failed", "error", err)
 	}
@@ -356,7 +388,9 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 // broker through an in-process connection. stop ends its streams, lets
 // its agent go and closes the HTTP server, within a second.
 func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info connfile.Info, instance string, o serveOptions, log *slog.Logger) (stop func(), err error) {
-	client, err := bus.Connect(natsbus.ClientConfig{})
+	// The client makes its connection again if the server cuts it (a
+	// flood the gateway falls behind on): a cut is a line in the log.
+	client, err := bus.Connect(natsbus.ClientConfig{Logger: log.With("client", "a2a-gateway")})
 	if err != nil {
 		return nil, err
 	}
@@ -451,6 +485,7 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	}
 	bus.Close()
 	b.Close()
+	st.Close() // it logs what it gave up waiting for
 	if err := bus.Err(); err != nil {
 		return err
 	}

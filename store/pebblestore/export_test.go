@@ -19,15 +19,15 @@ func Queued(s *Store) int { return len(s.ops) }
 
 // Flush writes the memtable to a table file, so that a test can damage
 // one.
-func Flush(s *Store) error { return s.db.Flush() }
+func Flush(s *Store) error { return s.db.Load().Flush() }
 
 // Compact compacts the whole key space, as Pebble does in the background.
 func Compact(s *Store) error {
-	return s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false)
+	return s.db.Load().Compact(context.Background(), []byte{0}, []byte{0xff}, false)
 }
 
 // Compactions is how many compactions Pebble has finished.
-func Compactions(s *Store) int64 { return s.db.Metrics().Compact.Count }
+func Compactions(s *Store) int64 { return s.db.Load().Metrics().Compact.Count }
 
 // LingerMin is the fewest changes a sync must carry for the syncer to
 // wait after it.
@@ -47,3 +47,19 @@ func Lingers(s *Store) (waits, runOut int64) { return s.lingers.Load(), s.linger
 
 // LingerFor is the syncer's longest wait after a sync that took d.
 func LingerFor(d time.Duration) time.Duration { return lingerFor(d) }
+
+// SetReopenEvery makes the least time between two tries to reopen a
+// failed store d, until undo. Set it before Open, and undo it after
+// Close.
+func SetReopenEvery(d time.Duration) (undo func()) {
+	old := reopenEvery
+	reopenEvery = d
+	return func() { reopenEvery = old }
+}
+
+// Shut is closed once the store's database is closed and its data dir
+// let go, also after a Close that gave up waiting for the disk.
+func Shut(s *Store) <-chan struct{} { return s.shut }
+
+// WaitingForRoom is how many writes wait for room on the disk.
+func WaitingForRoom(s *Store) int { return s.disk.waiters() }

@@ -13,6 +13,12 @@
 // Pebble also compacts in the background without stopping commits, checks
 // every block and log record by checksum, and tells a torn log tail (a
 // change never acknowledged) from damage in the middle.
+//
+// On a full disk the store takes no change (ErrDiskFull, at once) and
+// reads go on; Pebble's writes wait for room and go on once there is
+// (disk.go). A failed sync of the log fails the store (ErrFailed); it
+// is never tried again: the next change reopens the store from its log
+// (reopen.go). Close waits for the disk at most Options.CloseTimeout.
 package pebblestore
 
 import (
@@ -40,6 +46,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/gofrs/flock"
 
+	"github.com/a2a-bus/a2a-bus/internal/logsummary"
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -69,6 +76,39 @@ var (
 	// (emptied or half removed), and Options.AcceptDataLoss is not set.
 	ErrDataLoss = errors.New("pebblestore: the task store may have lost acknowledged changes")
 )
+
+// Named errors of a change (Create, Update, Prune, PutRegistration,
+// DeleteRegistration) and of Close. Each says why in words a client may
+// see (Reason: no paths), which the broker puts in its answer.
+var (
+	// ErrDiskFull: the disk has no room. The writes that found none wait
+	// for it (a change tries them again first, and they are tried every
+	// half second); until they are done the store takes no change. Reads
+	// go on. A change answered so may still be made durable once there is
+	// room, if it was applied before the disk filled.
+	ErrDiskFull = &failure{"pebblestore: the disk is full", "the disk is full"}
+	// ErrFailed: a commit or a sync of the store's log failed, so that
+	// what reached the disk is unknown. The failed sync is never tried
+	// again: the next change reopens the store from its log, as a restart
+	// would (at most once every second), and is made there if that works.
+	// A change answered so may be in the log, and so in the store after
+	// the reopen.
+	ErrFailed = &failure{"pebblestore: the task store failed", "the task store failed and is reopened from its log"}
+	// ErrCloseAbandoned: Close gave up waiting (Options.CloseTimeout) for
+	// the disk: the store is closed to its callers, and the database
+	// closes in the background once the writes waiting for room are done.
+	// Every change acknowledged is on disk; the ones not acknowledged may
+	// be lost.
+	ErrCloseAbandoned = &failure{"pebblestore: closing the task store gave up waiting for the disk", "the task store is closing"}
+)
+
+// failure is a named error of a change.
+type failure struct{ msg, reason string }
+
+func (f *failure) Error() string { return f.msg }
+
+// Reason says why the change failed, in words a client may see.
+func (f *failure) Reason() string { return f.reason }
 
 // Key prefixes. Index keys end with the task id.
 const (
@@ -102,27 +142,68 @@ type Options struct {
 	// (ErrDataLoss).
 	AcceptDataLoss bool
 	OnDataLoss     func(problem string)
-	// Logger receives Pebble's own messages (Debug and Warn). nil
-	// discards them.
+	// Logger receives the store's messages (a full disk, a failure, a
+	// reopen) and Pebble's own (at Debug and Warn): a message that
+	// repeats (a retry's) is logged once, then counted, and the count
+	// logged once a minute. nil discards them.
 	Logger *slog.Logger
+	// CloseTimeout bounds Close's wait for the disk (a full one, which
+	// writes wait on, or a stuck one): after it Close returns
+	// ErrCloseAbandoned and the database closes in the background, so
+	// that a broker told to stop stops. 0 means DefaultCloseTimeout.
+	CloseTimeout time.Duration
 
-	fs vfs.FS // tests watch the disk through it; nil is the plain one
+	fs   vfs.FS             // tests watch the disk through it; nil is the plain one
+	log  *logsummary.Logger // Open's, on Logger
+	disk *disk              // Open's: the writes that wait for room
 }
+
+// DefaultCloseTimeout is Close's wait for the disk when
+// Options.CloseTimeout is 0: within the 5 s a broker has to stop.
+const DefaultCloseTimeout = 2 * time.Second
 
 // Store is the durable store. It implements store.Store.
 type Store struct {
-	db      *pebble.DB
+	path string // the database's folder
+	opts Options
+	// db is the database; nil while a failed one is being reopened. It
+	// changes under qmu, held exclusively: a reader holds qmu shared
+	// while it uses db.
+	db      atomic.Pointer[pebble.DB]
 	ops     chan *op
 	applied chan *group // from the committer to the syncer
 	max     int
-	broken  atomic.Value // the error of a failed sync
+	disk    *disk
+	log     *logsummary.Logger
+
+	// wmu is held from the check that the store has not failed to the
+	// end of a write into Pebble's log (a commit, the syncer's record):
+	// a failure of the log, which the store hears of first (disk), is
+	// never met by a later write.
+	wmu sync.Mutex
+
+	logFaults atomic.Int64 // the log's failures told by disk, ever
+
+	fmu      sync.Mutex
+	broken   error         // a failed commit or sync: ErrFailed and its cause; nil when sound
+	brokenCh chan struct{} // closed while broken
+	fullAt   time.Time     // when the disk filled, for the log
+
+	// The committer's, for reopening: when the next try is due (read by
+	// run), the old database's close if it has not finished, and the
+	// syncer's barrier not yet reached.
+	nextReopen atomic.Int64 // unix nanoseconds
+	closing    chan error
+	barrier    chan struct{}
 
 	qmu    sync.RWMutex // held shared to queue a change, exclusively to close
 	closed bool
 
-	ctx    context.Context // canceled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // the committer and the syncer
+	ctx       context.Context // canceled by Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // the committer and the syncer
+	abandoned chan struct{}  // closed when Close gives up waiting for the disk
+	shut      chan struct{}  // closed once the database is closed and the lock let go
 
 	cmu    sync.Mutex        // guards counts, which the committer changes
 	counts map[string]uint64 // open tasks per requester's session, as on disk
@@ -134,6 +215,7 @@ type Store struct {
 	lingers, lingersRunOut atomic.Int64
 
 	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -142,9 +224,24 @@ var _ store.Store = (*Store)(nil)
 // writing anything, or writes and succeeds: so a failing change does not
 // spoil the others of its batch.
 type op struct {
-	fn   func(t *tx) error
-	done chan error
+	fn    func(t *tx) error
+	done  chan error
+	state atomic.Int32 // opQueued, then opTaken by the committer or opAbandoned by its caller
 }
+
+const (
+	opQueued = iota
+	opTaken
+	opAbandoned
+)
+
+// take claims o for the committer: false if its caller has gone with
+// an answer already, and it must not run.
+func (o *op) take() bool { return o.state.CompareAndSwap(opQueued, opTaken) }
+
+// abandon tells the committer not to run o: false if it was taken (it
+// may be made yet).
+func (o *op) abandon() bool { return o.state.CompareAndSwap(opQueued, opAbandoned) }
 
 // Open opens (creating it if needed) the store in dir. A directory held by
 // another process, a store from a newer version and a damaged store are
@@ -159,6 +256,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = DefaultCloseTimeout
+	}
 	if opts.fs == nil {
 		opts.fs = vfs.Default
 	}
@@ -171,12 +271,24 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := openLocked(dir, opts)
+	opts.log = logsummary.New(opts.Logger, 0)
+	// Until the store is open a write that finds no room fails: the
+	// start stops, naming it.
+	var s *Store
+	opts.disk = newDisk(
+		func(full bool, path string, err error) { s.diskChanged(full, path, err) },
+		func(path string, err error) {
+			s.logFaults.Add(1)
+			s.fail(fmt.Errorf("the log %s: %w", path, err))
+		})
+	s, err = openLocked(dir, opts)
 	if err != nil {
 		lock.Unlock()
+		opts.log.Close()
 		return nil, err
 	}
 	s.lock = lock
+	s.disk.setLive()
 	return s, nil
 }
 
@@ -228,41 +340,72 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := check(db, path); err != nil {
+	counts, maxID, err := load(db, path)
+	if err != nil {
 		return nil, err
 	}
-	counts, err := loadCounts(db)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	s = &Store{
+		path: path, opts: opts, ops: make(chan *op, opts.MaxBatch), applied: make(chan *group, 64), max: opts.MaxBatch,
+		disk: opts.disk, log: opts.log, brokenCh: make(chan struct{}),
+		abandoned: make(chan struct{}), shut: make(chan struct{}),
+		counts: counts, maxID: maxID,
 	}
-	maxID, err := lastID(db)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
-	}
-	s = &Store{db: db, ops: make(chan *op, opts.MaxBatch), applied: make(chan *group, 64), max: opts.MaxBatch, counts: counts, maxID: maxID}
+	s.db.Store(db)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Go(s.commit)
 	s.wg.Go(s.sync)
 	return s, nil
 }
 
+// load checks an open database (check) and reads what the store keeps
+// in memory: the open-task counts and the greatest task id.
+func load(db *pebble.DB, path string) (map[string]uint64, string, error) {
+	if err := check(db, path); err != nil {
+		return nil, "", err
+	}
+	counts, err := loadCounts(db)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	maxID, err := lastID(db)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	return counts, maxID, nil
+}
+
 // open opens the database at path. mustExist refuses a folder without a
 // database (pebble.ErrDBDoesNotExist). The caller holds the data dir's
 // lock, so Pebble's own LOCK is free unless something else holds it.
 func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
+	log := opts.log
+	if log == nil {
+		log = logsummary.New(opts.Logger, 0)
+	}
+	fs := opts.fs
+	if opts.disk != nil {
+		fs = diskFS{FS: fs, d: opts.disk}
+	}
 	o := &pebble.Options{
 		ErrorIfNotExists: mustExist,
 		// The plain file system: Pebble's default wraps it in a disk
 		// health check whose goroutine a failed Open leaves running.
-		FS:                 privateFS{opts.fs},
+		FS:                 privateFS{fs},
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             logger{opts.Logger},
-		// Damage found by a read is an error for that read (and for
-		// Open, which reads everything once): a warning here, not
-		// Pebble's default, a fatal log.
-		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
-			opts.Logger.Warn("pebble: damaged data", "path", info.Path, "error", info.Details)
-		}},
+		Logger:             logger{log},
+		EventListener: &pebble.EventListener{
+			// Damage found by a read is an error for that read (and for
+			// Open, which reads everything once): a warning here, not
+			// Pebble's default, a fatal log.
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				log.Warn(logsummary.Key("pebble: damaged data", info.Path), "pebble: damaged data", "path", info.Path, "error", info.Details)
+			},
+			// Pebble tries a failed flush or compaction again at once:
+			// a warning each time would be hundreds a second.
+			BackgroundError: func(err error) {
+				log.Warn(logsummary.Key("pebble: background error", err.Error()), "pebble: background error", "error", err)
+			},
+		},
 	}
 	// Compaction is most of a busy store's work: every flushed file spans
 	// the whole key space (tasks and their index keys), so with Pebble's
@@ -438,20 +581,23 @@ func lastID(db *pebble.DB) (string, error) {
 	return id, it.Close()
 }
 
-// logger hands Pebble's messages to a slog.Logger.
-type logger struct{ l *slog.Logger }
+// logger hands Pebble's messages to a Logger, which summarizes the
+// repeated ones (numbers aside: a file's or a job's).
+type logger struct{ l *logsummary.Logger }
 
 func (l logger) Infof(format string, args ...any) {
-	l.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	l.l.Log(slog.LevelDebug, logsummary.Key(msg), msg)
 }
 func (l logger) Errorf(format string, args ...any) {
-	l.l.Warn("pebble: " + fmt.Sprintf(format, args...))
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	l.l.Warn(logsummary.Key(msg), msg)
 }
 
 // Fatalf is Pebble's report of an invariant it cannot go on without.
 func (l logger) Fatalf(format string, args ...any) {
 	msg := "pebble: " + fmt.Sprintf(format, args...)
-	l.l.Error(msg)
+	l.l.Error(msg, msg)
 	panic(msg)
 }
 
@@ -489,26 +635,42 @@ func (s *Store) commit() {
 				break more
 			}
 		}
-		if err := s.failed(); err != nil {
+		err := s.failed()
+		if err != nil && s.isBroken() && s.reopenDue() {
+			err = s.reopen()
+		}
+		if err != nil {
 			for _, o := range batch {
 				o.done <- err
 			}
 			continue
 		}
+		// A change whose caller went with an answer (the disk filled
+		// while it was queued) is not made.
+		batch = slices.DeleteFunc(batch, func(o *op) bool { return !o.take() })
+		if len(batch) == 0 {
+			continue
+		}
 		g := &group{ops: slices.Clone(batch), results: make([]error, len(batch))}
-		t := &tx{Batch: s.db.NewIndexedBatch(), counts: s.counts, pending: map[string]uint64{}, maxID: s.maxID}
+		t := &tx{Batch: s.db.Load().NewIndexedBatch(), counts: s.counts, pending: map[string]uint64{}, maxID: s.maxID}
 		for i, o := range batch {
 			g.results[i] = o.fn(t)
 		}
-		err := fatalAsError(func() error { return t.Commit(pebble.NoSync) })
+		s.wmu.Lock()
+		err = s.failed()
+		if err == nil {
+			if err = fatalAsError(func() error { return t.Commit(pebble.NoSync) }); err != nil {
+				// Not applied, or not known to be: the store stops
+				// here until it is reopened from its log.
+				err = s.fail(fmt.Errorf("commit: %w", err))
+			}
+		}
+		s.wmu.Unlock()
 		t.Close()
 		// Raised even if the commit failed: a bound too high only costs
 		// a lookup.
 		s.maxID = t.maxID
 		if err != nil {
-			// Not applied, or not known to be: the store stops here.
-			err = fmt.Errorf("pebblestore: commit: %w", err)
-			s.fail(err)
 			for _, o := range batch {
 				o.done <- err
 			}
@@ -527,10 +689,13 @@ func (s *Store) commit() {
 	}
 }
 
-// group is a batch applied and waiting for its sync.
+// group is a batch applied and waiting for its sync; or, with barrier
+// set and no ops, the committer's wait for the syncer to have finished
+// with every group before it.
 type group struct {
 	ops     []*op
 	results []error
+	barrier chan struct{}
 }
 
 // lingerMin is the fewest changes a sync must have carried for the
@@ -618,15 +783,13 @@ func (s *Store) sync() {
 				backoff = 0
 			}
 		}
+		// A full disk or a failed store answers at once: the changes
+		// applied are in memory (and maybe the log), and a later sync,
+		// or the reopen, keeps them or not.
 		err := s.failed()
-		if err == nil {
-			// A log record of its own, synced, syncs every batch
-			// before it.
+		if err == nil && n > 0 {
 			start := time.Now()
-			if serr := fatalAsError(func() error { return s.db.LogData(syncMark, pebble.Sync) }); serr != nil {
-				err = fmt.Errorf("pebblestore: sync: %w", serr)
-				s.fail(err)
-			} else {
+			if err = s.syncLog(); err == nil {
 				took = time.Since(start)
 			}
 		}
@@ -639,6 +802,9 @@ func (s *Store) sync() {
 					o.done <- g.results[i]
 				}
 			}
+			if g.barrier != nil {
+				close(g.barrier)
+			}
 		}
 	}
 }
@@ -646,6 +812,33 @@ func (s *Store) sync() {
 // syncMark is the log record whose sync makes the batches before it
 // durable. Pebble replays it as nothing.
 var syncMark = []byte{0}
+
+// syncLog syncs the log: a record of its own, synced, syncs every batch
+// before it. The record is written as a commit is, under wmu unless the
+// store has failed; the sync is waited for without it, so that the
+// committer applies the next batches meanwhile. It returns the store's
+// failure, if it fails.
+func (s *Store) syncLog() error {
+	s.wmu.Lock()
+	if err := s.failed(); err != nil {
+		s.wmu.Unlock()
+		return err
+	}
+	db := s.db.Load()
+	b := db.NewBatch()
+	_ = b.LogData(syncMark, nil) // into memory: it fails only on a closed batch
+	err := fatalAsError(func() error { return db.ApplyNoSyncWait(b, pebble.Sync) })
+	s.wmu.Unlock()
+	if err != nil {
+		return s.fail(fmt.Errorf("sync: %w", err)) // the batch is Pebble's now: not closed
+	}
+	err = b.SyncWait()
+	b.Close()
+	if err != nil {
+		return s.fail(fmt.Errorf("sync: %w", err))
+	}
+	return nil
+}
 
 // fatalAsError runs a commit, a log sync or a close. Pebble reports a
 // failed one as fatal (its pipeline cannot go on): where Pebble's own
@@ -662,14 +855,76 @@ func fatalAsError(fn func() error) (err error) {
 	return fn()
 }
 
+// failed returns why the store takes no change now: ErrFailed (with
+// its cause) until a reopen, or ErrDiskFull while writes wait for room;
+// nil when it takes changes.
 func (s *Store) failed() error {
-	if err, ok := s.broken.Load().(error); ok {
+	s.fmu.Lock()
+	err := s.broken
+	s.fmu.Unlock()
+	if err != nil {
 		return err
+	}
+	if s.disk.isFull() {
+		return ErrDiskFull
 	}
 	return nil
 }
 
-func (s *Store) fail(err error) { s.broken.CompareAndSwap(nil, err) }
+// failure is failed, or ErrFailed if the store is sound again: for a
+// change that was waited for no longer when it failed.
+func (s *Store) failure() error {
+	if err := s.failed(); err != nil {
+		return err
+	}
+	return ErrFailed
+}
+
+func (s *Store) isBroken() bool {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.broken != nil
+}
+
+// fail fails the store for cause, unless it has failed already, and
+// returns the store's failure.
+func (s *Store) fail(cause error) error {
+	s.fmu.Lock()
+	if s.broken != nil {
+		err := s.broken
+		s.fmu.Unlock()
+		return err
+	}
+	s.broken = fmt.Errorf("%w: %w", ErrFailed, cause)
+	close(s.brokenCh)
+	err := s.broken
+	s.fmu.Unlock()
+	s.log.Error(logsummary.Key("task store failed", cause.Error()), "the task store failed: it takes no change until it is reopened from its log, at the next change", "error", cause)
+	return err
+}
+
+// brokenChan is closed while the store is failed.
+func (s *Store) brokenChan() <-chan struct{} {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.brokenCh
+}
+
+// diskChanged is told when the disk fills (a write found no room) and
+// when the writes that waited are done.
+func (s *Store) diskChanged(full bool, path string, err error) {
+	s.fmu.Lock()
+	since := s.fullAt
+	if full {
+		s.fullAt = time.Now()
+	}
+	s.fmu.Unlock()
+	if full {
+		s.log.Warn("disk full", "the disk is full: the task store takes no change until there is room; reads go on", "file", path, "error", err)
+		return
+	}
+	s.log.Info("disk has room", "there is room on the disk again: the task store takes changes", "after", time.Since(since).Round(time.Millisecond))
+}
 
 // tx is one commit's batch, with the open-task counts as its changes
 // leave them: the store keeps the counts in memory too (the committer
@@ -699,23 +954,81 @@ func (t *tx) setCount(session string, n uint64) error {
 
 // run queues a change and waits until it is committed (on disk) or fails.
 // Once queued, the change is committed or not whatever the caller does,
-// so run waits for the committer's answer: a committed change is never
-// reported as failed.
+// so run waits for the committer's answer: a change acknowledged is
+// always on disk. It stops waiting, with the error, when the disk fills
+// or the store fails meanwhile, and when Close gives up waiting for the
+// disk: the change is then not made if the committer had not taken it,
+// and may be made yet if it had (so may any change answered with an
+// error of the store).
 func (s *Store) run(ctx context.Context, fn func(t *tx) error) error {
+	if s.disk.isFull() {
+		s.qmu.RLock()
+		closed := s.closed
+		s.qmu.RUnlock()
+		if closed {
+			return store.ErrClosed
+		}
+		if !s.disk.retry() {
+			// The writes waiting for room were tried again first:
+			// still none.
+			return ErrDiskFull
+		}
+	}
 	o := &op{fn: fn, done: make(chan error, 1)}
 	s.qmu.RLock()
 	if s.closed {
 		s.qmu.RUnlock()
 		return store.ErrClosed
 	}
+	full, broken := s.disk.fullChan(), s.brokenChan()
+	var reopening <-chan time.Time
+	select {
+	case <-broken:
+		// The committer reopens the store with this change, if a try
+		// is due; the change is answered at once otherwise.
+		if !s.reopenDue() {
+			s.qmu.RUnlock()
+			return s.failed()
+		}
+		broken = nil
+		t := time.NewTimer(reopenBound)
+		defer t.Stop()
+		reopening = t.C
+	default:
+	}
 	select {
 	case s.ops <- o:
 	case <-ctx.Done():
 		s.qmu.RUnlock()
 		return ctx.Err()
+	case <-full:
+		s.qmu.RUnlock()
+		return ErrDiskFull
 	}
 	s.qmu.RUnlock()
-	return <-o.done
+	select {
+	case err := <-o.done:
+		return err
+	case <-full:
+		return o.gaveUp(ErrDiskFull)
+	case <-broken:
+		return o.gaveUp(s.failure())
+	case <-reopening:
+		return o.gaveUp(s.failure())
+	case <-s.abandoned:
+		return o.gaveUp(store.ErrClosed)
+	}
+}
+
+// gaveUp answers o with err, unless its answer is there.
+func (o *op) gaveUp(err error) error {
+	o.abandon()
+	select {
+	case e := <-o.done:
+		return e
+	default:
+		return err
+	}
 }
 
 // reader is what both a batch (inside a commit) and a snapshot read.
@@ -726,14 +1039,26 @@ type reader interface {
 
 // view runs fn on a consistent snapshot of the committed store.
 func (s *Store) view(fn func(r reader) error) error {
-	s.qmu.RLock() // Close waits for the reads under way
+	s.qmu.RLock() // Close and a reopen wait for the reads under way
 	defer s.qmu.RUnlock()
-	if s.closed {
-		return store.ErrClosed
+	db, err := s.reading()
+	if err != nil {
+		return err
 	}
-	snap := s.db.NewSnapshot()
+	snap := db.NewSnapshot()
 	defer snap.Close()
 	return fn(snap)
+}
+
+// reading returns the database to read, under qmu held shared.
+func (s *Store) reading() (*pebble.DB, error) {
+	if s.closed {
+		return nil, store.ErrClosed
+	}
+	if db := s.db.Load(); db != nil {
+		return db, nil
+	}
+	return nil, s.failure() // being reopened
 }
 
 func key(prefix byte, parts ...string) []byte {
@@ -879,27 +1204,29 @@ func decodeRecord(id string, data []byte) (*store.Record, error) {
 func (s *Store) Get(_ context.Context, id string) (*store.Record, error) {
 	s.qmu.RLock()
 	defer s.qmu.RUnlock()
-	if s.closed {
-		return nil, store.ErrClosed
+	db, err := s.reading()
+	if err != nil {
+		return nil, err
 	}
-	return getRecord(s.db, id)
+	return getRecord(db, id)
 }
 
 // FindSend implements store.Store.
 func (s *Store) FindSend(_ context.Context, instance, key string) (*store.Record, error) {
 	s.qmu.RLock()
 	defer s.qmu.RUnlock()
-	if s.closed {
-		return nil, store.ErrClosed
+	db, err := s.reading()
+	if err != nil {
+		return nil, err
 	}
-	id, err := get(s.db, memberKey(instance, roleSend, key))
+	id, err := get(db, memberKey(instance, roleSend, key))
 	if err != nil {
 		return nil, err
 	}
 	if id == nil {
 		return nil, store.ErrNotFound
 	}
-	rec, err := getRecord(s.db, string(id))
+	rec, err := getRecord(db, string(id))
 	if err == nil && (rec.RequesterInstance != instance || rec.SendKey != key) {
 		return nil, store.ErrNotFound // an entry left behind by an older broker's prune
 	}
@@ -1186,19 +1513,58 @@ func (s *Store) Registrations(context.Context) ([]store.Registration, error) {
 }
 
 // Close implements store.Store: it stops taking changes, fails those still
-// queued with store.ErrClosed, and closes the database. Idempotent.
+// queued with store.ErrClosed, syncs the ones applied, and closes the
+// database. It waits for the disk at most Options.CloseTimeout: then it
+// returns ErrCloseAbandoned, the changes still waiting are answered
+// ErrClosed (none of them was acknowledged), and the database closes in
+// the background once the writes waiting for room are done; the data
+// dir stays locked until then. Idempotent.
 func (s *Store) Close() error {
-	var err error
 	s.closeOnce.Do(func() {
 		s.qmu.Lock()
 		s.closed = true
 		s.qmu.Unlock()
 		s.cancel()
-		s.wg.Wait()
-		err = fatalAsError(s.db.Close)
-		if uerr := s.lock.Unlock(); err == nil {
-			err = uerr
+		done := make(chan error, 1)
+		// The closer is the store's last goroutine: it ends once the
+		// database is closed, whatever Close waited for.
+		go func() {
+			defer close(s.shut)
+			s.wg.Wait()
+			err := s.closeDB()
+			if uerr := s.lock.Unlock(); err == nil {
+				err = uerr
+			}
+			s.log.Close()
+			done <- err
+		}()
+		t := time.NewTimer(s.opts.CloseTimeout)
+		defer t.Stop()
+		select {
+		case s.closeErr = <-done:
+		case <-t.C:
+			close(s.abandoned)
+			waiting := s.disk.waiters()
+			s.log.Warn("close abandoned", "closing the task store gave up waiting for the disk; every acknowledged change is on disk, the changes not acknowledged may be lost",
+				"after", s.opts.CloseTimeout, "writesWaitingForRoom", waiting, "diskFull", s.disk.isFull())
+			why := "the disk has not answered"
+			if waiting > 0 {
+				why = fmt.Sprintf("%d writes wait for room on the disk", waiting)
+			}
+			s.closeErr = fmt.Errorf("%w after %v (%s)", ErrCloseAbandoned, s.opts.CloseTimeout, why)
 		}
 	})
-	return err
+	return s.closeErr
+}
+
+// closeDB closes the database, and the one a reopen left closing.
+func (s *Store) closeDB() error {
+	if s.closing != nil {
+		<-s.closing // a failed database's: its error was the failure's
+		s.closing = nil
+	}
+	if db := s.db.Swap(nil); db != nil {
+		return fatalAsError(db.Close)
+	}
+	return nil
 }

@@ -298,6 +298,8 @@ type gatedFS struct {
 	release chan struct{}
 	stop    chan struct{} // closed when the test ends: nothing is held
 	fail    atomic.Bool   // every sync fails
+	// A file whose sync failed was synced again.
+	syncedAfterFailing atomic.Bool
 }
 
 func newGatedFS(suffix string) *gatedFS {
@@ -323,7 +325,8 @@ func (fs *gatedFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs
 
 type gatedFile struct {
 	vfs.File
-	fs *gatedFS
+	fs     *gatedFS
+	failed atomic.Bool
 }
 
 func (f *gatedFile) gate() {
@@ -344,8 +347,12 @@ var errDisk = errors.New("injected: the disk failed a sync")
 
 func (f *gatedFile) Sync() error { return f.SyncData() }
 func (f *gatedFile) SyncData() error {
+	if f.failed.Load() {
+		f.fs.syncedAfterFailing.Store(true)
+	}
 	f.gate()
 	if f.fs.fail.Load() {
+		f.failed.Store(true)
 		return errDisk
 	}
 	return f.File.SyncData()
@@ -550,23 +557,71 @@ func TestAWaitIsBoundedByAMillisecond(t *testing.T) {
 	assert.Equal(t, time.Millisecond, pebblestore.LingerFor(time.Second))
 }
 
-// TestAFailedSyncFailsTheStore: after a log sync fails, what reached the
-// disk is unknown: the change is not acknowledged, and neither is any
-// later one.
-func TestAFailedSyncFailsTheStore(t *testing.T) {
+// TestAFailedSyncIsNotTriedAgain: after a log sync fails, what reached
+// the disk is unknown: the change is not acknowledged, and the sync is
+// never tried again. Reads go on. The next change reopens the store from
+// its log, as a restart would, and is made there; every change
+// acknowledged before is there.
+func TestAFailedSyncIsNotTriedAgain(t *testing.T) {
+	t.Cleanup(pebblestore.SetReopenEvery(0))
 	fs := newGatedFS(".log")
-	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	dir := t.TempDir()
+	s, err := pebblestore.Open(dir, pebblestore.WithFS(pebblestore.Options{}, fs))
 	require.NoError(t, err)
+	defer s.Close()
 	ctx := context.Background()
 	require.NoError(t, s.Create(ctx, storetest.NewRecord("t1", "c", "a", "b", 0), 0))
 	fs.fail.Store(true)
 	err = s.Create(ctx, storetest.NewRecord("t2", "c", "a", "b", 1), 0)
-	require.Error(t, err)
+	require.ErrorIs(t, err, pebblestore.ErrFailed)
+	_, err = s.Get(ctx, "t1")
+	require.NoError(t, err, "reads go on")
 	fs.fail.Store(false)
-	assert.Error(t, s.Create(ctx, storetest.NewRecord("t3", "c", "a", "b", 2), 0), "the store stays failed")
-	_, err = s.Update(ctx, "t1", func(*store.Record) error { return nil })
-	assert.Error(t, err)
-	s.Close() // Pebble may report the failed log at close too
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t3", "c", "a", "b", 2), 0), "the store is reopened")
+	_, err = s.Update(ctx, "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateWorking
+		return nil
+	})
+	require.NoError(t, err)
+	assert.False(t, fs.syncedAfterFailing.Load(), "a file whose sync failed was synced again")
+	require.NoError(t, s.Close())
+
+	s = open(t, dir)
+	defer s.Close()
+	got, err := s.Get(ctx, "t1")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateWorking, got.Task.Status.State)
+	_, err = s.Get(ctx, "t3")
+	require.NoError(t, err)
+}
+
+// TestAReopenThatFailsIsTriedAgain: while the log still fails, a try to
+// reopen the store fails too, and the change with it; reads say so
+// (ErrFailed) until the store is open again. The next change once the
+// disk is sound reopens it, and every change acknowledged is there.
+func TestAReopenThatFailsIsTriedAgain(t *testing.T) {
+	t.Cleanup(pebblestore.SetReopenEvery(0))
+	fs := newGatedFS(".log")
+	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	fs.fail.Store(true)
+	require.ErrorIs(t, s.Create(ctx, storetest.NewRecord("t2", "c", "a", "b", 1), 0), pebblestore.ErrFailed)
+	for i := range 3 {
+		require.ErrorIs(t, s.Create(ctx, storetest.NewRecord(fmt.Sprint("u", i), "c", "a", "b", 2), 0), pebblestore.ErrFailed)
+		if _, err := s.Get(ctx, "t1"); err != nil {
+			require.ErrorIs(t, err, pebblestore.ErrFailed, "a read while the store is closed for its reopen")
+		}
+	}
+	fs.fail.Store(false)
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t3", "c", "a", "b", 3), 0))
+	for _, id := range []string{"t1", "t3"} {
+		_, err := s.Get(ctx, id)
+		require.NoError(t, err, id)
+	}
+	assert.False(t, fs.syncedAfterFailing.Load(), "a file whose sync failed was synced again")
 }
 
 // TestCommitsGoOnWhileACompactionRuns: compaction is online. A
