@@ -74,9 +74,6 @@ type Config struct {
 	MaxBodyBytes int64
 	// Version is the card version of agents whose card has none.
 	Version string
-	// MaxCalls bounds the gateway's calls to the broker under way at
-	// once; more wait their turn. 0 means DefaultMaxCalls.
-	MaxCalls int
 	// Logger receives the gateway's logs. nil discards them.
 	Logger *slog.Logger
 }
@@ -93,7 +90,6 @@ type Gateway struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
-	slots  chan struct{} // one per call to the broker under way (call)
 
 	mu      sync.Mutex
 	subs    map[string]map[*sub]struct{} // by task id
@@ -125,9 +121,6 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = wire.DefaultMaxMessageBytes
 	}
-	if cfg.MaxCalls <= 0 {
-		cfg.MaxCalls = DefaultMaxCalls
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,8 +144,7 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), slots: make(chan struct{}, cfg.MaxCalls),
-		subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.rpc = a2asrv.NewJSONRPCHandler(g)
 	go g.pump()
@@ -303,7 +295,7 @@ func (g *Gateway) next(ctx context.Context, s *sub, taskID string) (*wire.TaskEv
 	s.lag = false
 	s.mu.Unlock()
 	if lagged {
-		t, err := g.task(ctx, taskID)
+		t, err := g.d.Task(ctx, taskID)
 		if err != nil {
 			return nil, err
 		}
@@ -445,7 +437,7 @@ type AgentSummary struct {
 }
 
 func (g *Gateway) serveAgents(w http.ResponseWriter, r *http.Request) {
-	cards, err := g.peers(r.Context())
+	cards, err := g.d.Peers(r.Context())
 	if err != nil {
 		http.Error(w, "cannot list the agents: "+err.Error(), http.StatusBadGateway)
 		return
@@ -462,7 +454,7 @@ func (g *Gateway) serveAgents(w http.ResponseWriter, r *http.Request) {
 
 // peer returns the live agent's card; nil when there is none.
 func (g *Gateway) peer(ctx context.Context, id string) (*wire.AgentCard, error) {
-	cards, err := g.peers(ctx)
+	cards, err := g.d.Peers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +509,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 // ownTask reads a task of the gateway's agent that is with the agent the
 // request names; another is TaskNotFound, as is one that does not exist.
 func (g *Gateway) ownTask(ctx context.Context, id a2a.TaskID) (*wire.Task, error) {
-	t, err := g.task(ctx, string(id))
+	t, err := g.d.Task(ctx, string(id))
 	if errors.Is(err, wire.ErrUnknownAgent) {
 		// A task the gateway is no member of is no task of its clients:
 		// not found, as one that does not exist.
@@ -562,12 +554,7 @@ func (g *Gateway) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2
 		}
 		state = s
 	}
-	var tasks []*wire.Task
-	var next string
-	err := g.read(ctx, func() (err error) {
-		tasks, next, err = g.d.TasksPage(ctx, state, wire.ListRequester, size, req.PageToken)
-		return err
-	})
+	tasks, next, err := g.d.TasksPage(ctx, state, wire.ListRequester, size, req.PageToken)
 	if err != nil {
 		return nil, Error(err, false)
 	}
@@ -602,11 +589,7 @@ func (g *Gateway) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*
 	if _, err := g.ownTask(ctx, req.ID); err != nil {
 		return nil, err
 	}
-	var t *wire.Task
-	err := g.call(ctx, func() (err error) {
-		t, err = g.d.Cancel(ctx, string(req.ID))
-		return err
-	})
+	t, err := g.d.Cancel(ctx, string(req.ID))
 	if err != nil {
 		return nil, Error(err, true)
 	}
@@ -630,11 +613,7 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 			return nil, wire.TaskStatus{}, nil, nil, err
 		}
 		s, unsub := g.subscribe(string(req.Message.TaskID))
-		var t *wire.Task
-		err = g.call(ctx, func() (err error) {
-			t, err = g.d.Reply(ctx, string(req.Message.TaskID), *msg)
-			return err
-		})
+		t, err := g.d.Reply(ctx, string(req.Message.TaskID), *msg)
 		if err != nil {
 			unsub()
 			return nil, wire.TaskStatus{}, nil, nil, Error(err, false)
@@ -659,11 +638,7 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 	// The task's id is the broker's: what comes during the send is kept,
 	// and the subscription starts with it.
 	p, drop := g.expect()
-	var t *wire.Task
-	err = g.call(ctx, func() (err error) {
-		t, err = g.d.Send(ctx, agent, *msg, meta)
-		return err
-	})
+	t, err := g.d.Send(ctx, agent, *msg, meta)
 	if err != nil {
 		drop()
 		return nil, wire.TaskStatus{}, nil, nil, Error(err, false)
@@ -700,14 +675,14 @@ func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 	}
 	// The task as it is now closes the gap between the send and the
 	// subscription; events follow.
-	if t, err = g.task(ctx, t.ID); err != nil {
+	if t, err = g.d.Task(ctx, t.ID); err != nil {
 		return nil, Error(err, false)
 	}
 	for !settled(t.Status.State) || !moved(&start, &t.Status) {
 		if _, err := g.next(ctx, s, t.ID); err != nil {
 			return nil, err
 		}
-		if t, err = g.task(ctx, t.ID); err != nil {
+		if t, err = g.d.Task(ctx, t.ID); err != nil {
 			return nil, Error(err, false)
 		}
 	}
