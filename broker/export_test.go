@@ -31,3 +31,9 @@ func (b *Broker) PushWindows() int { return b.pushes.windows() }
 
 // HashToken is the registry's key of a token.
 var HashToken = hashToken
+
+// OnSwept calls fn when an orphan sweep is done, for the test's length.
+func OnSwept(t interface{ Cleanup(func()) }, fn func()) {
+	testHookSwept = fn
+	t.Cleanup(func() { testHookSwept = nil })
+}

@@ -110,6 +110,8 @@ func TestAHeldInstanceStaysWithItsSession(t *testing.T) {
 // old one is not valid after a restart.
 func TestAHeldAgentComesBackWithItsTasks(t *testing.T) {
 	r := newRestartable(t, broker.Config{OrphanTimeout: 200 * time.Millisecond})
+	swept := make(chan struct{}, 1)
+	broker.OnSwept(t, func() { swept <- struct{}{} })
 	e := r.run()
 	a := e.registerInstance("chat-1", "asker", "inst-a")
 	b := e.registerInstance("chat-2", "doer", "inst-b")
@@ -123,7 +125,7 @@ func TestAHeldAgentComesBackWithItsTasks(t *testing.T) {
 	stale := &agent{e: e, session: "chat-2", token: oldToken}
 	_, err := stale.get(task.ID)
 	requireCode(t, err, wire.ErrUnauthorized)
-	time.Sleep(400 * time.Millisecond) // past the orphan timeout: nothing to sweep
+	<-swept // the sweep ran, and closed nothing of theirs
 	_, err = b.update(task.ID, wire.StateCompleted, "done")
 	require.NoError(t, err)
 	got, err := a.get(task.ID)

@@ -100,6 +100,9 @@ func (b *Broker) startOrphanSweep(ctx context.Context) error {
 		b.reg.mu.Lock()
 		b.reg.orphans = nil
 		b.reg.mu.Unlock()
+		if testHookSwept != nil {
+			testHookSwept()
+		}
 	})
 	return nil
 }

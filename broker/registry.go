@@ -87,6 +87,7 @@ func (a *agent) revoke() bool {
 // has come to wait for a lock (and so cannot pass it until it is free).
 var (
 	testHookRevoking        func()
+	testHookSwept           func() // the orphan sweep is done
 	testHookLockingInstance func(instance string)
 )
 
