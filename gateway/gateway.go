@@ -74,6 +74,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// Version is the card version of agents whose card has none.
 	Version string
+	// MaxCalls bounds the gateway's calls to the broker under way at
+	// once; more wait their turn. 0 means DefaultMaxCalls.
+	MaxCalls int
 	// Logger receives the gateway's logs. nil discards them.
 	Logger *slog.Logger
 }
@@ -90,6 +93,7 @@ type Gateway struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	slots  chan struct{} // one per call to the broker under way (call)
 
 	mu      sync.Mutex
 	subs    map[string]map[*sub]struct{} // by task id
@@ -121,6 +125,9 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = wire.DefaultMaxMessageBytes
 	}
+	if cfg.MaxCalls <= 0 {
+		cfg.MaxCalls = DefaultMaxCalls
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,7 +151,8 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), slots: make(chan struct{}, cfg.MaxCalls),
+		subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.rpc = a2asrv.NewJSONRPCHandler(g)
 	go g.pump()
@@ -295,7 +303,7 @@ func (g *Gateway) next(ctx context.Context, s *sub, taskID string) (*wire.TaskEv
 	s.lag = false
 	s.mu.Unlock()
 	if lagged {
-		t, err := g.d.Task(ctx, taskID)
+		t, err := g.task(ctx, taskID)
 		if err != nil {
 			return nil, err
 		}
@@ -437,7 +445,7 @@ type AgentSummary struct {
 }
 
 func (g *Gateway) serveAgents(w http.ResponseWriter, r *http.Request) {
-	cards, err := g.d.Peers(r.Context())
+	cards, err := g.peers(r.Context())
 	if err != nil {
 		http.Error(w, "cannot list the agents: "+err.Error(), http.StatusBadGateway)
 		return
@@ -454,7 +462,7 @@ func (g *Gateway) serveAgents(w http.ResponseWriter, r *http.Request) {
 
 // peer returns the live agent's card; nil when there is none.
 func (g *Gateway) peer(ctx context.Context, id string) (*wire.AgentCard, error) {
-	cards, err := g.d.Peers(ctx)
+	cards, err := g.peers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -509,7 +517,7 @@ func writeJSON(w http.ResponseWriter, v any) {
 // ownTask reads a task of the gateway's agent that is with the agent the
 // request names; another is TaskNotFound, as is one that does not exist.
 func (g *Gateway) ownTask(ctx context.Context, id a2a.TaskID) (*wire.Task, error) {
-	t, err := g.d.Task(ctx, string(id))
+	t, err := g.task(ctx, string(id))
 	if errors.Is(err, wire.ErrUnknownAgent) {
 		// A task the gateway is no member of is no task of its clients:
 		// not found, as one that does not exist.
@@ -554,7 +562,12 @@ func (g *Gateway) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2
 		}
 		state = s
 	}
-	tasks, next, err := g.d.TasksPage(ctx, state, wire.ListRequester, size, req.PageToken)
+	var tasks []*wire.Task
+	var next string
+	err := g.read(ctx, func() (err error) {
+		tasks, next, err = g.d.TasksPage(ctx, state, wire.ListRequester, size, req.PageToken)
+		return err
+	})
 	if err != nil {
 		return nil, Error(err, false)
 	}
@@ -589,7 +602,11 @@ func (g *Gateway) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*
 	if _, err := g.ownTask(ctx, req.ID); err != nil {
 		return nil, err
 	}
-	t, err := g.d.Cancel(ctx, string(req.ID))
+	var t *wire.Task
+	err := g.call(ctx, func() (err error) {
+		t, err = g.d.Cancel(ctx, string(req.ID))
+		return err
+	})
 	if err != nil {
 		return nil, Error(err, true)
 	}
@@ -613,7 +630,11 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 			return nil, wire.TaskStatus{}, nil, nil, err
 		}
 		s, unsub := g.subscribe(string(req.Message.TaskID))
-		t, err := g.d.Reply(ctx, string(req.Message.TaskID), *msg)
+		var t *wire.Task
+		err = g.call(ctx, func() (err error) {
+			t, err = g.d.Reply(ctx, string(req.Message.TaskID), *msg)
+			return err
+		})
 		if err != nil {
 			unsub()
 			return nil, wire.TaskStatus{}, nil, nil, Error(err, false)
@@ -638,7 +659,11 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 	// The task's id is the broker's: what comes during the send is kept,
 	// and the subscription starts with it.
 	p, drop := g.expect()
-	t, err := g.d.Send(ctx, agent, *msg, meta)
+	var t *wire.Task
+	err = g.call(ctx, func() (err error) {
+		t, err = g.d.Send(ctx, agent, *msg, meta)
+		return err
+	})
 	if err != nil {
 		drop()
 		return nil, wire.TaskStatus{}, nil, nil, Error(err, false)
@@ -675,14 +700,14 @@ func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 	}
 	// The task as it is now closes the gap between the send and the
 	// subscription; events follow.
-	if t, err = g.d.Task(ctx, t.ID); err != nil {
+	if t, err = g.task(ctx, t.ID); err != nil {
 		return nil, Error(err, false)
 	}
 	for !settled(t.Status.State) || !moved(&start, &t.Status) {
 		if _, err := g.next(ctx, s, t.ID); err != nil {
 			return nil, err
 		}
-		if t, err = g.d.Task(ctx, t.ID); err != nil {
+		if t, err = g.task(ctx, t.ID); err != nil {
 			return nil, Error(err, false)
 		}
 	}

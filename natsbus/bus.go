@@ -167,9 +167,20 @@ func New(cfg Config) (*Bus, error) {
 	opts := []nats.Option{
 		nats.Name("a2a-bus broker"),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			b.log.Warn("nats: asynchronous error", "error", err)
+			logAsync(b.log, err)
 		}),
 	}
+	// The broker's connection is made again whenever it is lost, to the
+	// embedded server too (which cuts a connection that falls behind):
+	// nats.go subscribes it again, and the broker serves on.
+	opts = append(opts, nats.MaxReconnects(-1), nats.CustomReconnectDelay(reconnectDelay),
+		nats.PingInterval(pingInterval), nats.MaxPingsOutstanding(maxPingsOut),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				b.log.Warn("nats: the broker's connection was cut; reconnecting", "error", err)
+			}
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { b.log.Info("nats: the broker's connection is back") }))
 	if cfg.URL == "" {
 		srv, err := StartServer(cfg.Server)
 		if err != nil {
@@ -178,16 +189,9 @@ func New(cfg Config) (*Bus, error) {
 		}
 		b.server = srv
 		b.url = srv.URL()
-		opts = append(opts, nats.InProcessServer(srv), nats.Token(srv.Token()), nats.NoReconnect())
+		opts = append(opts, nats.InProcessServer(srv), nats.Token(srv.Token()))
 	} else {
 		b.url = cfg.URL
-		opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-				if err != nil {
-					b.log.Warn("nats: disconnected", "error", err)
-				}
-			}),
-			nats.ReconnectHandler(func(*nats.Conn) { b.log.Info("nats: reconnected") }))
 		if cfg.CredsFile != "" {
 			opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 		}
@@ -609,7 +613,9 @@ func (b *Bus) RevokeSession(_ context.Context, session string) error {
 }
 
 // Connect returns an in-process client with the host credential: no TCP.
-// Only for an embedded server. Bus.Close closes it too.
+// Only for an embedded server. Bus.Close closes it too. Unless
+// cfg.NoReconnect, the client makes its connection again when the server
+// cuts it (a reader that fell behind), as a client over TCP does.
 func (b *Bus) Connect(cfg ClientConfig) (*Client, error) {
 	if b.server == nil {
 		return nil, errors.New("natsbus: in-process clients need the embedded server")

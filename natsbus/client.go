@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -36,17 +38,71 @@ type ClientConfig struct {
 	// behind loses notifications (it replays them). 0 means
 	// transport.DefaultSubscriptionBuffer.
 	Buffer int
-	// NoReconnect makes a lost connection final instead of retried.
+	// NoReconnect makes a lost connection final instead of retried: for
+	// a host that replaces a lost broker itself. Otherwise the client
+	// reconnects for as long as it is open, in-process ones too (see
+	// reconnectWait).
 	NoReconnect bool
 	// Logger receives the client's logs. nil discards them.
 	Logger *slog.Logger
 
 	inProcess nats.InProcessConnProvider
+	// relinkWait, when set (tests), replaces relinkWait.
+	relinkWait time.Duration
 }
 
 // flushTimeout bounds Subscribe's wait for the server when its context
 // has no deadline.
 const flushTimeout = 10 * time.Second
+
+// How a client keeps its connection, chosen for a desktop rather than a
+// data centre: the server is on loopback or in the same process, so an
+// attempt to reconnect costs next to nothing and fails or succeeds at
+// once; what goes wrong there is a process that stops for a while (a
+// debugger, SIGSTOP, a starved machine) and continues.
+const (
+	// reconnectWait is the pause between two attempts to reconnect, for
+	// as long as the client is open, after a first attempt at once (see
+	// reconnectDelay): a connection the server cut (a reader that fell
+	// behind) is made again at once, and a broker restarted by its host
+	// is found within a quarter of a second of being back.
+	reconnectWait = 250 * time.Millisecond
+	// pingInterval and maxPingsOut: a server that has answered none of
+	// maxPingsOut pings sent pingInterval apart (30 to 40 s of silence)
+	// is taken for gone, and the connection is made again. A server
+	// stopped for 15 s (SIGSTOP, a debugger) keeps the connection, and
+	// the answers it owes on it, when it continues; a client that was
+	// itself stopped sends one ping on waking, which is answered;
+	// nats.go's 2 min x 2 would leave a dead server unnoticed for up to
+	// 6 minutes.
+	pingInterval = 10 * time.Second
+	maxPingsOut  = 3
+	// relinkWait is how long a call made while the connection is being
+	// made again waits for it, before it is ErrUnavailable: in-process
+	// a cut then costs the calls under way, not the next ones.
+	relinkWait = 2 * time.Second
+)
+
+// reconnectDelay is the wait before an attempt to reconnect (the first is
+// 1): none before the first, reconnectWait before the others. (nats.go's
+// ReconnectWait waits before the first too, when there is one server.)
+func reconnectDelay(attempt int) time.Duration {
+	if attempt <= 1 {
+		return 0
+	}
+	return reconnectWait
+}
+
+// logAsync logs an error nats.go reports on its own. One that only says
+// that the connection is closed (its flusher wrote to a connection the
+// server had cut) is debug: the cut has its own line.
+func logAsync(log *slog.Logger, err error, args ...any) {
+	level := slog.LevelWarn
+	if errors.Is(err, io.ErrClosedPipe) || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		level = slog.LevelDebug
+	}
+	log.Log(context.Background(), level, "nats: asynchronous error", append(args, "error", err)...)
+}
 
 // ErrWrongSession is returned by Client.Session for a session other than
 // the one a session credential belongs to.
@@ -64,12 +120,19 @@ type Client struct {
 	cancel context.CancelFunc
 
 	mu       sync.Mutex
-	closed   bool
+	closed   bool // set by Close before it ends anything
 	sessions map[*session]struct{}
 	// link is canceled when the connection drops: a reply to a request
 	// sent before cannot arrive any more (core NATS keeps nothing).
 	link     context.Context
 	linkDown context.CancelFunc
+	// relinked, while the connection is down, is closed when it is made
+	// again (nil while it is up); downSince is when it went down.
+	relinked  chan struct{}
+	downSince time.Time
+	// closing, when set (tests), runs in Close once closed is set and
+	// before anything ends.
+	closing func()
 
 	// inbox receives the notifications of every subscription; the
 	// dispatcher hands each to the subscription it came by.
@@ -136,7 +199,7 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	opts := []nats.Option{
 		nats.Name("a2a-bus client"),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-			c.log.Warn("nats: asynchronous error", "error", err)
+			logAsync(c.log, err)
 		}),
 	}
 	switch {
@@ -153,11 +216,12 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	if cfg.inProcess != nil {
 		opts = append(opts, nats.InProcessServer(cfg.inProcess))
 	}
-	if cfg.NoReconnect || cfg.inProcess != nil {
+	if cfg.NoReconnect {
 		opts = append(opts, nats.NoReconnect())
 	} else {
-		opts = append(opts, nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+		opts = append(opts, nats.MaxReconnects(-1), nats.CustomReconnectDelay(reconnectDelay))
 	}
+	opts = append(opts, nats.PingInterval(pingInterval), nats.MaxPingsOutstanding(maxPingsOut))
 	// A connection that is closed for good ends every subscription.
 	opts = append(opts, nats.ClosedHandler(func(*nats.Conn) {
 		c.linkLost()
@@ -166,14 +230,24 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	}))
 	opts = append(opts, nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 		if err != nil {
-			c.log.Warn("nats: disconnected", "error", err)
+			if cfg.NoReconnect {
+				c.log.Warn("nats: the connection was cut", "error", err)
+			} else {
+				c.log.Warn("nats: the connection was cut; reconnecting", "error", err)
+			}
 		}
 		c.linkLost()
 	}))
 	opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) {
-		c.mu.Lock()
-		c.link, c.linkDown = context.WithCancel(c.ctx)
-		c.mu.Unlock()
+		down := c.relink()
+		c.log.Info("nats: reconnected", "after", down.Round(time.Millisecond))
+		// What was published meanwhile is lost to the subscriptions:
+		// each ends, as on a lost connection, so that its receiver
+		// subscribes again at once and replays what passed (the runtime
+		// does; PROTOCOL.md §5). Ended now rather than at the cut: a
+		// receiver that subscribed again while the connection was down
+		// would only retry.
+		c.endSubscriptions()
 	}))
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
@@ -185,10 +259,75 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
+// linkLost ends the link: the requests under way cannot be answered.
 func (c *Client) linkLost() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.linkDown()
+	if c.relinked == nil {
+		c.relinked, c.downSince = make(chan struct{}), time.Now()
+	}
+}
+
+// relink starts a new link on a connection made again, and returns how
+// long it was down.
+func (c *Client) relink() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.linkDown()
+	c.link, c.linkDown = context.WithCancel(c.ctx)
+	if c.relinked == nil {
+		return 0
+	}
+	close(c.relinked)
+	c.relinked = nil
+	return time.Since(c.downSince)
+}
+
+// currentLink returns the link a request goes on: the connection's, or,
+// while it is being made again, the next one's, for up to relinkWait.
+func (c *Client) currentLink(ctx, scope context.Context) (context.Context, error) {
+	c.mu.Lock()
+	link, relinked := c.link, c.relinked
+	c.mu.Unlock()
+	if relinked == nil {
+		return link, nil
+	}
+	patience := relinkWait
+	if c.cfg.relinkWait > 0 {
+		patience = c.cfg.relinkWait
+	}
+	wait := time.NewTimer(patience)
+	defer wait.Stop()
+	select {
+	case <-relinked:
+	case <-scope.Done():
+	case <-ctx.Done():
+	case <-c.gone:
+	case <-wait.C:
+	}
+	// What ended the wait is read in request's order, whichever of them
+	// the select took.
+	switch {
+	case scope.Err() != nil || c.isClosed():
+		return nil, transport.ErrClosed
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	}
+	c.mu.Lock()
+	link, relinked = c.link, c.relinked
+	c.mu.Unlock()
+	if relinked == nil {
+		return link, nil
+	}
+	return nil, fmt.Errorf("%w: the connection to NATS was lost", transport.ErrUnavailable)
+}
+
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 func (c *Client) endSubscriptions() {
@@ -203,8 +342,8 @@ func (c *Client) endSubscriptions() {
 	}
 }
 
-// Gone is closed when the connection is closed for good (a client that
-// does not reconnect lost it, or Close).
+// Gone is closed when the connection is closed for good (a client with
+// NoReconnect lost it, or Close).
 func (c *Client) Gone() <-chan struct{} { return c.gone }
 
 // Conn returns the underlying NATS connection.
@@ -250,14 +389,18 @@ func (c *Client) request(ctx, scope context.Context, subject, session, method st
 	}
 	// The request ends when the session or client closes, or the
 	// connection drops.
-	c.mu.Lock()
-	link := c.link
-	c.mu.Unlock()
+	link, err := c.currentLink(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
 	msg, err := c.roundTrip(ctx, scope, link, subject, session, req)
 	switch {
 	case err == nil:
 		return wire.DecodeResult(msg.Data)
-	case scope.Err() != nil:
+	case scope.Err() != nil || c.isClosed():
+		// Close sets closed before it ends the scope or the link, which
+		// end in no fixed order (siblings under the client's context):
+		// a call woken by either is ErrClosed once Close has begun.
 		return nil, transport.ErrClosed
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
@@ -317,6 +460,9 @@ func (c *Client) Close() error {
 	sessions := c.sessions
 	c.sessions = nil
 	c.mu.Unlock()
+	if c.closing != nil {
+		c.closing()
+	}
 	c.cancel()
 	for s := range sessions {
 		s.close()

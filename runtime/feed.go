@@ -16,11 +16,22 @@ import (
 // events it may have missed, so that even a lost last event is found.
 const DefaultPollInterval = 2 * time.Second
 
+// DefaultReplayTimeout bounds each replay a Feed makes of its own
+// (FeedConfig.ReplayTimeout).
+const DefaultReplayTimeout = 30 * time.Second
+
 // FeedConfig configures a Feed. The zero value is the default.
 type FeedConfig struct {
 	// PollInterval is how often Next, while it waits, replays to find a
 	// lost event. 0 means DefaultPollInterval.
 	PollInterval time.Duration
+	// ReplayTimeout bounds each replay the feed makes of its own, to fill
+	// a gap or at a poll: one whose answer never comes (the request was
+	// lost when the broker's connection was cut and made again, or a
+	// broker too busy to answer dropped it) is given up and tried again
+	// at the next poll, instead of holding the feed, and every delegate
+	// of the session, for good. 0 means DefaultReplayTimeout.
+	ReplayTimeout time.Duration
 	// ShouldPoll, when set, is asked at each poll whether anyone waits
 	// for an event; when nobody does, the poll is skipped, so that idle
 	// sessions cost the broker nothing.
@@ -78,6 +89,9 @@ func NewFeed(ctx context.Context, sess transport.Session, cfg FeedConfig) (*Feed
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
+	if cfg.ReplayTimeout <= 0 {
+		cfg.ReplayTimeout = DefaultReplayTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -115,6 +129,8 @@ func (f *Feed) sync(ctx context.Context) error {
 }
 
 func (f *Feed) replay(ctx context.Context, epoch string, after uint64) (*wire.ReplayResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.ReplayTimeout)
+	defer cancel()
 	raw, err := f.sess.Call(ctx, wire.MethodReplay, wire.ReplayParams{ContextID: f.sess.ID(), Epoch: &epoch, AfterSeq: &after})
 	if err != nil {
 		return nil, err

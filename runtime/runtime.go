@@ -23,6 +23,11 @@ var (
 	ErrClosed = errors.New("runtime: closed")
 )
 
+// registerTimeout bounds the pump's registration of a delegate after a
+// broker restart: a request whose answer never comes must not hold the
+// pump, and every delegate of the session, for good.
+const registerTimeout = 30 * time.Second
+
 // DefaultQueue is how many events a delegate's wait queue holds.
 const DefaultQueue = 4096
 
@@ -172,8 +177,11 @@ func (r *Runtime) resync(gap *Gap) {
 	for _, d := range r.live() {
 		if gap.NewEpoch {
 			// At once, so that peers can address it again; if that fails,
-			// its next call or Wait does it.
-			if err := d.register(r.ctx); err != nil {
+			// or is not answered in time, its next call or Wait does it.
+			ctx, cancel := context.WithTimeout(r.ctx, registerTimeout)
+			err := d.register(ctx)
+			cancel()
+			if err != nil {
 				r.log.Warn("re-registering a delegate failed; it will retry", "delegate", d.ID(), "error", err)
 			}
 		}

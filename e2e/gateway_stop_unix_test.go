@@ -1,0 +1,53 @@
+//go:build unix
+
+package e2e_test
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTheGatewayGoesOnAfterServeIsStopped stops serve for 15 s (SIGSTOP,
+// as a laptop lid or a debugger does) in the middle of a flood of big
+// reads through its gateway, and continues it: the server's write
+// deadlines passed while nothing ran, and it may cut the in-process
+// links it was writing to. The reads are answered, the gateway answers
+// within seconds of the continue, and a stream open across the stop sees
+// its task end.
+func TestTheGatewayGoesOnAfterServeIsStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops serve for 15 s")
+	}
+	g := newGatewayScene(t, "debug")
+	small := g.start(t, "and a note")
+	streamed := g.stream(t, small)
+	flooded := make(chan map[string]int, 1)
+	go func() { flooded <- g.flood(t, 50) }()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, g.s.cmd.Process.Signal(syscall.SIGSTOP))
+	time.Sleep(15 * time.Second)
+	require.NoError(t, g.s.cmd.Process.Signal(syscall.SIGCONT))
+	continued := time.Now()
+	assert.Equal(t, map[string]int{"ok": 50}, <-flooded, "the reads under way across the stop are answered")
+	t.Logf("the reads were all answered %v after the continue", time.Since(continued).Round(time.Millisecond))
+	began := time.Now()
+	var last string
+	for {
+		if last = getTask(gwCtx(t), g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), small); last == "ok" {
+			break
+		}
+		require.Less(t, time.Since(began), 10*time.Second, "the gateway still answers %q", last)
+		time.Sleep(50 * time.Millisecond)
+	}
+	g.ends(t, small, streamed)
+	for _, line := range strings.Split(g.logs.String(), "\n") {
+		if strings.Contains(line, "nats:") || strings.Contains(line, "Slow Consumer") {
+			t.Log(line)
+		}
+	}
+}

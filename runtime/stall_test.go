@@ -1,0 +1,64 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/runtime"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// unanswering leaves replays of its session unanswered, as a broker whose
+// connection was cut with the request in it does: the call waits until
+// its context ends.
+type unanswering struct {
+	transport.Session
+	replays atomic.Int32 // how many more replays to leave unanswered
+}
+
+func (s *unanswering) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
+	if method == wire.MethodReplay && s.replays.Add(-1) >= 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Session.Call(ctx, method, params)
+}
+
+// TestFeedGivesUpAReplayWhoseAnswerNeverComes: a replay that is never
+// answered is given up after ReplayTimeout, and the next poll's replay
+// brings what the feed missed: the feed, and every delegate of the
+// session behind it, is not held for good by one lost request.
+func TestFeedGivesUpAReplayWhoseAnswerNeverComes(t *testing.T) {
+	bus := fakebus.New(fakebus.Config{})
+	b, err := broker.New(context.Background(), bus, broker.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { bus.Close(); b.Close() })
+	sess, _ := registerRaw(t, bus, "s1", "a")
+	other, token := registerRaw(t, bus, "s2", "b")
+	s := &unanswering{Session: sess}
+	feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{PollInterval: 20 * time.Millisecond, ReplayTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { feed.Close() })
+
+	s.replays.Store(1)
+	bus.Disconnect("s1")
+	pusher{other, token}.push(t, "a", 7) // lost: only a replay brings it
+	bus.Reconnect("s1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	it, err := feed.Next(ctx)
+	require.NoError(t, err, "the feed is still held by the unanswered replay")
+	assert.Equal(t, "7", pushedNumber(t, it))
+	assert.Less(t, s.replays.Load(), int32(0), "the unanswered replay was made, and given up")
+	t.Logf("the event came %v after the unanswered replay began", time.Since(began).Round(time.Millisecond))
+}
