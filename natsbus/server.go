@@ -1,13 +1,18 @@
 package natsbus
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -53,13 +58,18 @@ type ServerConfig struct {
 	// subscriber that stopped reading). 0 means twice the payload limit.
 	SlowConsumerBytes int
 	// SessionPendingBytes bounds what waits to be written to the
-	// connections of one session together; past it, that session's
-	// connections with the most waiting are closed first. 0 means four
-	// times the payload limit.
+	// connections of one session together, counting what the server
+	// still holds for those of them it closed (until their write
+	// deadline passes); past it, that session's connections with 64 KiB
+	// or more waiting are closed, largest first. 0 means four times the
+	// payload limit.
 	SessionPendingBytes int
-	// MaxSessionPending bounds what waits to be written to all session
-	// connections together; past it, the connections with the most
-	// waiting are closed first. 0 means DefaultMaxSessionPending.
+	// MaxSessionPending bounds the same for all session connections
+	// together; past it, those that stopped reading (64 KiB or more
+	// waiting, of which nothing could be written for a tenth of a
+	// second) are closed, and, while what waits for the others is over
+	// it by itself, the others with the most waiting. 0 means
+	// DefaultMaxSessionPending.
 	MaxSessionPending int
 	// StartTimeout bounds the wait for the server to accept connections.
 	// 0 means 10 seconds.
@@ -75,7 +85,8 @@ const (
 	DefaultMaxSubscriptions         = 4096
 	DefaultMaxSessionPending        = 128 << 20
 	// watchEvery is how often the server looks for session connections
-	// that stopped reading.
+	// that stopped reading, if anything was delivered meanwhile (and at
+	// once after a burst of publishes).
 	watchEvery = 100 * time.Millisecond
 )
 
@@ -99,13 +110,14 @@ type Server struct {
 	users     map[string]*credential            // by user
 	bySession map[string]map[string]*credential // session -> user -> credential
 
-	stop      chan struct{} // closed by Close: the watchdog returns
-	kick      chan struct{} // wakes the watchdog early: much was published
-	sent      atomic.Int64  // bytes published since the watchdog last looked
-	lastCut   time.Time     // the watchdog's: when it last saw a backlog or a burst
-	burst     int64         // the watchdog's: bytes published since it last gave memory back
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	stop chan struct{} // closed by Close: the watchdog returns
+	kick chan struct{} // wakes the watchdog early: much was published
+	sent atomic.Int64  // bytes published since the watchdog last looked
+	// collecting is set while a collection the watchdog started runs.
+	collecting atomic.Bool
+	looks      atomic.Int64 // the watchdog's looks at the connections
+	wg         sync.WaitGroup
+	closeOnce  sync.Once
 }
 
 // credential is one issued session credential.
@@ -239,13 +251,17 @@ func (s *Server) linkAccounts() error {
 func (s *Server) MaxPayload() int { return s.payload }
 
 // kickEvery is how many published bytes wake the watchdog before its
-// tick: a burst of large notifications is looked at as it lands, not a
-// tick later.
-const kickEvery = 1 << 20
+// tick, and kickSize how large one publish must be to wake it by itself:
+// a burst of large notifications is looked at as it lands, not a tick
+// later.
+const (
+	kickEvery = 1 << 20
+	kickSize  = 64 << 10
+)
 
 // published tells the watchdog that n bytes were published.
 func (s *Server) published(n int) {
-	if s.sent.Add(int64(n)) >= kickEvery {
+	if s.sent.Add(int64(n)) >= kickEvery || n >= kickSize {
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -253,41 +269,169 @@ func (s *Server) published(n int) {
 	}
 }
 
-// watch closes the session connections that stopped reading: one with
-// more than SlowConsumerBytes waiting to be written, and, while all of
-// them together have more than MaxSessionPending waiting, those with the
-// most. The host's connections and the broker's are never cut here.
+// How the watchdog tells a connection that stopped reading, and how long
+// it counts what a cut connection held.
+const (
+	// stallAfter: a session connection with at least stallBytes waiting,
+	// of which the server could write none for this long, has stopped
+	// reading. One that reads takes what waits at loopback speed, and a
+	// few notifications fit in its socket; one that holds less than
+	// stallBytes is left to the other bounds.
+	stallAfter = 100 * time.Millisecond
+	stallBytes = 64 << 10
+	// holdFor: the server lets go of a cut connection's bytes only when
+	// its last write gives up (a cut flushes first, and a reader that
+	// stopped takes nothing): at its write deadline. They count as still
+	// waiting that long, and a little more.
+	holdFor = writeDeadline + time.Second
+)
+
+// watch closes the session connections that stopped reading, so that
+// what waits to be written to them stays within the bounds
+// (SlowConsumerBytes, SessionPendingBytes, MaxSessionPending; see
+// chooseCuts), what cut ones still hold counted in (for holdFor). The
+// host's connections and the broker's are never cut here.
+//
+// It looks at every tick and at once after a burst of publishes (see
+// published); a look at a server that has delivered nothing since the
+// last one reads two counters and nothing more.
+//
+// While session connections hold a backlog, or cut ones their bytes, it
+// also keeps the heap near what is live (see collect), and once that is
+// over it gives the memory back to the system.
 func (s *Server) watch() {
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
+	w := &watchdog{conns: map[uint64]*watchedConn{}, held: map[uint64]heldBytes{}, delivered: -1}
 	for {
+		kicked := false
 		select {
 		case <-s.stop:
 			return
 		case <-tick.C:
 		case <-s.kick:
+			kicked = true
 		}
+		now := time.Now()
 		sent := s.sent.Swap(0)
-		s.burst += sent
-		// Memory goes back to the system once a backlog (connections
-		// holding more than a MiB in all, which this watchdog or the
-		// server's write deadline cuts) or a burst (as much published as
-		// all sessions may hold) is over.
-		if cut, pending := s.cutSlowSessions(); cut || pending >= kickEvery || (sent > 0 && s.burst >= int64(s.cfg.MaxSessionPending)) {
-			s.lastCut = time.Now()
-		} else if !s.lastCut.IsZero() && time.Since(s.lastCut) >= time.Second {
+		w.burst += sent
+		w.expire(now)
+		if d := s.delivered(); kicked || d < 0 || d != w.delivered {
+			w.delivered = d
+			cuts, waiting := s.look(w, now)
+			w.waiting = waiting
+			if cuts > 0 || (sent > 0 && w.burst >= int64(s.cfg.MaxSessionPending)) {
+				w.busy = now
+			}
+		}
+		if held := w.heldBytes(); held > 0 || w.waiting >= kickEvery {
+			w.busy = now
+			if slack := s.cfg.MaxSessionPending / 8; held+w.waiting >= slack {
+				s.collect(uint64(slack))
+			}
+		}
+		if !w.busy.IsZero() && now.Sub(w.busy) >= time.Second {
 			// What the cut connections and the burst held is garbage
 			// now: once it is over, give it back to the system at once
 			// rather than when the runtime gets round to it.
-			s.lastCut, s.burst = time.Time{}, 0
+			w.busy, w.burst = time.Time{}, 0
 			debug.FreeOSMemory()
 		}
 	}
 }
 
-// cutSlowSessions cuts what watch says. It reports whether it cut any,
-// and the session connections' pending bytes it saw.
-func (s *Server) cutSlowSessions() (bool, int) {
+// watchdog is what watch remembers from one look to the next.
+type watchdog struct {
+	conns     map[uint64]*watchedConn // the session connections, by client id
+	held      map[uint64]heldBytes    // cut connections whose bytes the server may still hold
+	waiting   int                     // bytes waiting for the session connections, at the last look
+	delivered int64                   // the server's deliveries at the last look
+	busy      time.Time               // when it last saw a cut, a backlog or a burst
+	burst     int64                   // bytes published since it last gave memory back
+}
+
+// heldBytes returns what the cut connections still hold.
+func (w *watchdog) heldBytes() int {
+	n := 0
+	for _, h := range w.held {
+		n += h.bytes
+	}
+	return n
+}
+
+// collect starts a collection if the heap has grown by slack over what
+// was live after the last one, and none is under way. While stalled
+// connections hold a backlog, or cut ones their bytes, those bytes are
+// live, and the collector's own pace (GOGC=100) would let the heap grow
+// to twice them before it collects: the bound on what waits would hold
+// for what is live, not for the process.
+func (s *Server) collect(slack uint64) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 || sample[1].Value.Kind() != metrics.KindUint64 ||
+		sample[1].Value.Uint64() <= sample[0].Value.Uint64()+slack || !s.collecting.CompareAndSwap(false, true) {
+		return
+	}
+	// On a goroutine of its own: the watchdog goes on looking meanwhile.
+	s.wg.Go(func() {
+		defer s.collecting.Store(false)
+		runtime.GC()
+	})
+}
+
+// watchedConn is a session connection as the watchdog last saw it.
+type watchedConn struct {
+	cid     uint64
+	session string
+	pending int   // bytes waiting to be written
+	written int64 // bytes delivered to it less those waiting
+	// stuck is since when bytes have waited and the server wrote none;
+	// zero while nothing waits or it writes.
+	stuck time.Time
+}
+
+// stalled reports whether c has stopped reading, as seen at now.
+func (c *watchedConn) stalled(now time.Time) bool {
+	return c.pending >= stallBytes && !c.stuck.IsZero() && now.Sub(c.stuck) >= stallAfter
+}
+
+// heldBytes is what a cut connection held, counted until.
+type heldBytes struct {
+	session string
+	bytes   int
+	until   time.Time
+}
+
+// expire forgets what cut connections held once the server has let go of
+// it.
+func (w *watchdog) expire(now time.Time) {
+	for cid, h := range w.held {
+		if !now.Before(h.until) {
+			delete(w.held, cid)
+		}
+	}
+}
+
+// delivered returns a count that changes whenever the server delivers a
+// message to a client of the accounts whose publishers can reach a
+// session: the host's (the notifications) and the sessions' (the
+// replies). It is -1 if the server cannot tell.
+func (s *Server) delivered() int64 {
+	sz, err := s.ns.AccountStatz(&server.AccountStatzOptions{Accounts: []string{server.DEFAULT_GLOBAL_ACCOUNT, sessionsAccount}, IncludeUnused: true})
+	if err != nil {
+		return -1
+	}
+	n := int64(0)
+	for _, a := range sz.Accounts {
+		n += a.Sent.Msgs
+	}
+	return n
+}
+
+// look updates w from the server's connections and cuts what watch says.
+// It returns how many it cut, and the bytes waiting for the session
+// connections it left.
+func (s *Server) look(w *watchdog, now time.Time) (int, int) {
 	s.mu.Lock()
 	sessionOf := map[uint64]string{}
 	for _, cred := range s.users {
@@ -296,38 +440,110 @@ func (s *Server) cutSlowSessions() (bool, int) {
 		}
 	}
 	s.mu.Unlock()
-	if len(sessionOf) == 0 {
-		return false, 0
+	if len(sessionOf) == 0 && len(w.conns) == 0 {
+		return 0, 0
 	}
-	// The connections with the most waiting, largest first.
-	cz, err := s.ns.Connz(&server.ConnzOptions{Sort: server.ByPending, Limit: 256})
+	s.looks.Add(1)
+	// All of the account's connections (the limit only cuts the list
+	// short); those that are not a session credential's are the broker's.
+	cz, err := s.ns.Connz(&server.ConnzOptions{Account: sessionsAccount, Limit: math.MaxInt32})
 	if err != nil {
-		return false, 0
+		return 0, 0
 	}
-	total := 0
-	bySession := map[string]int{}
-	var slow []*server.ConnInfo
-	for _, c := range cz.Conns {
-		if session, ok := sessionOf[c.Cid]; ok && c.Pending > 0 {
-			total += c.Pending
-			bySession[session] += c.Pending
-			slow = append(slow, c)
-		}
-	}
-	seen := total
-	cut := false
-	for _, c := range slow { // largest first
-		session := sessionOf[c.Cid]
-		if c.Pending <= s.cfg.SlowConsumerBytes && bySession[session] <= s.cfg.SessionPendingBytes && total <= s.cfg.MaxSessionPending {
+	seen := make(map[uint64]*watchedConn, len(sessionOf))
+	var conns []*watchedConn
+	waiting := 0
+	for _, ci := range cz.Conns {
+		session, ok := sessionOf[ci.Cid]
+		if !ok {
 			continue
 		}
-		s.log.Warn("closing a session connection that stopped reading", "session", session, "pendingBytes", c.Pending)
-		_ = s.ns.DisconnectClientByID(c.Cid)
-		total -= c.Pending
-		bySession[session] -= c.Pending
-		cut = true
+		// What was written: what was delivered less what waits. (What
+		// waits also counts each message's header, so a delivery alone
+		// makes this go down, never up.)
+		written := ci.OutBytes - int64(ci.Pending)
+		c := w.conns[ci.Cid]
+		switch {
+		case c == nil:
+			c = &watchedConn{cid: ci.Cid, session: session}
+		case ci.Pending == 0 || written > c.written:
+			c.stuck = time.Time{}
+		case c.stuck.IsZero():
+			c.stuck = now
+		}
+		c.pending, c.written = ci.Pending, written
+		seen[ci.Cid] = c
+		conns = append(conns, c)
+		waiting += ci.Pending
 	}
-	return cut, seen
+	// A connection gone since the last look, with bytes waiting, was
+	// closed by the server (its bound, its write deadline) or by its
+	// client: what it held counts as held.
+	for cid, c := range w.conns {
+		if _, ok := seen[cid]; !ok && c.pending > 0 {
+			w.held[cid] = heldBytes{session: c.session, bytes: c.pending, until: now.Add(holdFor)}
+		}
+	}
+	w.conns = seen
+	cuts := chooseCuts(conns, w.held, cutLimits{conn: s.cfg.SlowConsumerBytes, session: s.cfg.SessionPendingBytes, all: s.cfg.MaxSessionPending}, now)
+	for _, c := range cuts {
+		s.log.Warn("closing a session connection that stopped reading", "session", c.session, "pendingBytes", c.pending)
+		_ = s.ns.DisconnectClientByID(c.cid)
+		w.held[c.cid] = heldBytes{session: c.session, bytes: c.pending, until: now.Add(holdFor)}
+		delete(w.conns, c.cid)
+		waiting -= c.pending
+	}
+	return len(cuts), waiting
+}
+
+// cutLimits are the watchdog's bounds on bytes waiting to be written: to
+// one session connection, to one session's, to all of them.
+type cutLimits struct{ conn, session, all int }
+
+// chooseCuts returns the connections to cut, largest first:
+//   - one with more than lim.conn waiting;
+//   - while what waits for its session's connections, or for all of them,
+//     is over their bound by itself: the largest, until it is within;
+//   - while its session, with what its cut connections still hold, is
+//     over its bound: one with stallBytes waiting (its session's own
+//     connections are what holds it);
+//   - while all sessions, with what cut connections still hold, are over
+//     their bound: one that stopped reading (it would only add to it).
+//
+// Cutting moves what a connection waits for to what cut ones hold, so a
+// bound passed with what they hold stays passed until the server lets go
+// of it.
+func chooseCuts(conns []*watchedConn, held map[uint64]heldBytes, lim cutLimits, now time.Time) []*watchedConn {
+	live, kept := map[string]int{}, map[string]int{}
+	liveAll, keptAll := 0, 0
+	for _, c := range conns {
+		live[c.session] += c.pending
+		liveAll += c.pending
+	}
+	for _, h := range held {
+		kept[h.session] += h.bytes
+		keptAll += h.bytes
+	}
+	slices.SortStableFunc(conns, func(a, b *watchedConn) int { return cmp.Compare(b.pending, a.pending) })
+	var cuts []*watchedConn
+	for _, c := range conns {
+		if c.pending == 0 {
+			break
+		}
+		s := c.session
+		cut := c.pending > lim.conn || live[s] > lim.session || liveAll > lim.all ||
+			(c.pending >= stallBytes && live[s]+kept[s] > lim.session) ||
+			(c.stalled(now) && liveAll+keptAll > lim.all)
+		if !cut {
+			continue
+		}
+		cuts = append(cuts, c)
+		live[s] -= c.pending
+		liveAll -= c.pending
+		kept[s] += c.pending
+		keptAll += c.pending
+	}
+	return cuts
 }
 
 // CheckListen reports whether a Listen setting would be accepted:
