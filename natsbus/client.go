@@ -263,6 +263,11 @@ func Dial(cfg ClientConfig) (*Client, error) {
 func (c *Client) linkLost() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.markDown()
+}
+
+// markDown ends the link and starts waiting for the next. c.mu is held.
+func (c *Client) markDown() {
 	c.linkDown()
 	if c.relinked == nil {
 		c.relinked, c.downSince = make(chan struct{}), time.Now()
@@ -288,6 +293,15 @@ func (c *Client) relink() time.Duration {
 // while it is being made again, the next one's, for up to relinkWait.
 func (c *Client) currentLink(ctx, scope context.Context) (context.Context, error) {
 	c.mu.Lock()
+	if c.relinked == nil && c.nc != nil && c.nc.Status() == nats.RECONNECTING {
+		// nats.go tells of a cut on a goroutine of its own, which may lag
+		// (a starved process): the connection is down before linkLost
+		// runs, and a request sent now would be lost with the link it
+		// ends. Take the cut as told. The reconnect it has not made yet
+		// is told after the cut (nats.go tells them in order, and relink
+		// needs c.mu, held here), so the link comes back with it.
+		c.markDown()
+	}
 	link, relinked := c.link, c.relinked
 	c.mu.Unlock()
 	if relinked == nil {
