@@ -108,10 +108,40 @@ type Config struct {
 	Broker broker.Config
 	// Runtime configures each session's runtime.
 	Runtime runtime.Config
+	// HealthTimeout is how long a broker in another process (a Pipe
+	// child, or the sidecar joined through ConnectionFile) may take to
+	// answer a health call before the host takes it for dead though it
+	// has not exited (stopped, deadlocked, writing garbage): a child is
+	// killed and started again on the same data dir, a sidecar's
+	// connection is closed and the connection file read and dialed again,
+	// as when the broker dies. The host asks when a call has waited this
+	// long without an answer, and every 10 s besides. 0 means
+	// DefaultHealthTimeout; a negative value turns the check off (a
+	// broker held at a breakpoint is then waited for, not killed).
+	HealthTimeout time.Duration
 	// Logger receives the host's logs, and the broker's and the bus's when
 	// they run in this process. nil discards them: a library logs only
 	// where its caller says.
 	Logger *slog.Logger
+}
+
+// DefaultHealthTimeout is Config.HealthTimeout's default. A broker
+// answers a health call (a2a.admin.info) from memory, in well under a
+// millisecond; 5 s leaves room for one starved by a busy desktop (swap,
+// a long GC pause, a debug build) without killing it, and still finds a
+// stuck one within about 10 s of the first call that stalls (that call's
+// 5 s, then the health call's): a hiccup to a user, not a hang.
+const DefaultHealthTimeout = 5 * time.Second
+
+// liveness is how the host checks a broker in another process.
+func (cfg *Config) liveness() liveness {
+	switch {
+	case cfg.HealthTimeout < 0:
+		return liveness{}
+	case cfg.HealthTimeout == 0:
+		return liveness{timeout: DefaultHealthTimeout}
+	}
+	return liveness{timeout: cfg.HealthTimeout}
 }
 
 // DefaultDataDir is the data dir a host's broker uses when
@@ -242,9 +272,12 @@ func (h *Host) embedNATS(ctx context.Context) error {
 }
 
 // dialNATS joins the running broker that wrote the connection file, and
-// rejoins whichever broker writes it next when that one is gone: a
-// desktop host restarts a crashed sidecar on the same data dir, and its
-// sessions and delegates go on.
+// rejoins whichever broker writes it next when that one is gone or stops
+// answering: a desktop host restarts a crashed or stuck sidecar on the
+// same data dir (a stopped one may also continue), and its sessions and
+// delegates go on. A dial is bounded by the NATS client's connect
+// timeout, handshake included: a stopped sidecar's port takes the
+// connection but never answers.
 func (h *Host) dialNATS(ctx context.Context, path string) error {
 	return h.rejoin(ctx, func(context.Context) (*link, error) {
 		info, err := connfile.Read(path)
@@ -264,7 +297,9 @@ func (h *Host) dialNATS(ctx context.Context, path string) error {
 }
 
 // startPipe starts the broker as a child on a pipe, and supervises it: a
-// child that dies is started again, with backoff, on the same data dir.
+// child that dies is started again, with backoff, on the same data dir;
+// one that is alive but does not answer (stopped, or writing garbage or
+// a line that never ends, which the pipe's reader skips) is killed first.
 func (h *Host) startPipe(ctx context.Context) error {
 	argv := h.cfg.BrokerCommand
 	if len(argv) == 0 {
@@ -290,7 +325,10 @@ func (h *Host) startPipe(ctx context.Context) error {
 			child.Close()
 			return nil, fmt.Errorf("host: the broker child did not answer: %w", err)
 		}
-		return &link{client: child, gone: child.Done(), pid: child.Pid(),
+		// The child is reaped by child; cmd.Process knows when it was, so
+		// a late kill never hits a reused pid.
+		kill := func() { _ = cmd.Process.Kill() }
+		return &link{client: child, gone: child.Done(), kill: kill, pid: child.Pid(),
 			desc: fmt.Sprintf("pipe (broker child pid %d: %s)", child.Pid(), strings.Join(argv, " "))}, nil
 	})
 }
@@ -301,7 +339,7 @@ const childAnswerTimeout = 10 * time.Second
 
 // rejoin connects through dial, and keeps connected.
 func (h *Host) rejoin(ctx context.Context, dial dialer) error {
-	r, err := newRejoiner(ctx, dial, h.cfg.Logger)
+	r, err := newRejoiner(ctx, dial, h.cfg.Logger, h.cfg.liveness())
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(childRole); role != "" {
+		// The test binary run again as a child process: a fake broker, or
+		// a host of its own.
+		os.Exit(runChild(role))
+	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // link is one connection to one broker: a client, and a channel closed
@@ -17,8 +18,14 @@ import (
 type link struct {
 	client transport.Client
 	gone   <-chan struct{}
-	pid    int // the broker's process
-	desc   string
+	// kill ends a broker that is alive but does not answer, before its
+	// client is closed (a pipe child: SIGKILL, which ends a stopped
+	// process too, where closing its stdin would wait ChildGrace for
+	// nothing). nil: closing the client is all there is to it (a joined
+	// sidecar is not ours to kill).
+	kill func()
+	pid  int // the broker's process
+	desc string
 }
 
 // dialer makes a link to the broker as it is now: it reads the connection
@@ -37,15 +44,49 @@ const (
 	rejoinSteady = 5 * time.Second
 )
 
+// liveness says how the rejoiner checks that its broker answers: a broker
+// can be alive and stuck (stopped with SIGSTOP, deadlocked, writing
+// garbage), and then its link is never gone.
+type liveness struct {
+	// timeout is a health call's deadline: a broker that does not answer
+	// within it is taken for dead. <= 0: no checks.
+	timeout time.Duration
+	// every is how long the link may be idle between checks; 0 means
+	// healthEvery.
+	every time.Duration
+	// now is the clock a check judges lateness by; nil means time.Now.
+	now func() time.Time
+}
+
+// healthEvery is how often a host asks its broker whether it answers
+// when no call stalls: one small call (a2a.admin.info reads two counters)
+// every 10 s costs next to nothing, and a broker that got stuck while
+// nobody called is found before most users would call again.
+const healthEvery = 10 * time.Second
+
+// healthTries bounds the health calls of one check that the host itself
+// cut short by not running (see check): a broker is judged even if this
+// process keeps being stopped.
+const healthTries = 3
+
 // rejoiner is a transport.Client over a broker that may die and come back:
 // when the current link is gone it dials a new one, with backoff, for as
-// long as it is open. Its sessions outlive links: a call made while no
-// link is up waits for one (bounded by its context), a subscription ends
-// with its link (the runtime subscribes again, and replays or resyncs),
-// and the session's side on the new link is opened on first use.
+// long as it is open. A broker that is alive but does not answer a health
+// call within its deadline (asked when a call has waited that long, and
+// every live.every) is treated as gone: it is killed if it is ours, its
+// link closed, and another dialed. Its sessions outlive links: a call
+// made while no link is up waits for one (bounded by its context), a
+// subscription ends with its link (the runtime subscribes again, and
+// replays or resyncs), and the session's side on the new link is opened
+// on first use.
 type rejoiner struct {
 	dial dialer
 	log  *slog.Logger
+	live liveness
+
+	// stalled wakes the supervisor to check the broker: a call has waited
+	// live.timeout without an answer. One pending wake is enough.
+	stalled chan struct{}
 
 	ctx    context.Context // canceled by Close: the supervisor stops
 	cancel context.CancelFunc
@@ -65,19 +106,27 @@ var (
 
 // newRejoiner dials the first link (which must succeed: a host that
 // cannot reach its broker at all fails to open) and starts supervising.
-func newRejoiner(ctx context.Context, dial dialer, log *slog.Logger) (*rejoiner, error) {
+func newRejoiner(ctx context.Context, dial dialer, log *slog.Logger, live liveness) (*rejoiner, error) {
 	first, err := dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r := &rejoiner{dial: dial, log: log, cur: first, up: make(chan struct{}), gen: 1}
+	if live.every <= 0 {
+		live.every = healthEvery
+	}
+	if live.now == nil {
+		live.now = time.Now
+	}
+	r := &rejoiner{dial: dial, log: log, live: live, stalled: make(chan struct{}, 1),
+		cur: first, up: make(chan struct{}), gen: 1}
 	close(r.up)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.wg.Go(r.supervise)
 	return r, nil
 }
 
-// supervise replaces each link that goes, until Close.
+// supervise replaces each link that goes, or stops answering, until
+// Close.
 func (r *rejoiner) supervise() {
 	wait := time.Duration(0) // before the next dial
 	for {
@@ -85,19 +134,22 @@ func (r *rejoiner) supervise() {
 		cur := r.cur
 		r.mu.Unlock()
 		since := time.Now()
-		select {
-		case <-r.ctx.Done():
+		dead, open := r.watch(cur)
+		if !open {
 			return
-		case <-cur.gone:
 		}
 		if time.Since(since) >= rejoinSteady {
 			wait = 0
 		}
+		// New calls wait for the next link from here on; those on this
+		// one fail (ErrUnavailable) as it closes.
 		r.mu.Lock()
 		r.cur, r.up = nil, make(chan struct{})
 		r.mu.Unlock()
+		if dead && cur.kill != nil {
+			cur.kill()
+		}
 		cur.client.Close()
-		r.log.Warn("the broker is gone; rejoining", "was", cur.desc)
 		next, waited := r.redial(wait)
 		if next == nil {
 			return // closed meanwhile
@@ -110,6 +162,124 @@ func (r *rejoiner) supervise() {
 		close(r.up)
 		r.mu.Unlock()
 		r.log.Info("rejoined the broker", "broker", next.desc)
+	}
+}
+
+// watch returns once cur is gone (dead false) or its broker did not
+// answer a health call (dead true), having logged which; open is false
+// when the rejoiner closed first. It checks the broker when a call
+// stalls, and every live.every while none does.
+func (r *rejoiner) watch(cur *link) (dead, open bool) {
+	var idle *time.Timer
+	var tick <-chan time.Time
+	if r.live.timeout > 0 {
+		idle = time.NewTimer(r.live.every)
+		defer idle.Stop()
+		tick = idle.C
+	}
+	for {
+		select {
+		case <-r.ctx.Done():
+			return false, false
+		case <-cur.gone:
+			r.log.Warn("the broker is gone; rejoining", "was", cur.desc)
+			return false, true
+		case <-tick:
+		case <-r.stalled:
+		}
+		err := r.check(cur)
+		switch {
+		case r.ctx.Err() != nil:
+			return false, false
+		case err != nil:
+			select {
+			case <-cur.gone:
+				// It went during the check: an exit, not a stall.
+				r.log.Warn("the broker is gone; rejoining", "was", cur.desc)
+				return false, true
+			default:
+			}
+			r.log.Warn("the broker does not answer; taking it for dead and rejoining",
+				"broker", cur.desc, "timeout", r.live.timeout, "error", err)
+			return true, true
+		}
+		// The check answered every call that stalled before it.
+		select {
+		case <-r.stalled:
+		default:
+		}
+		if idle != nil {
+			idle.Reset(r.live.every)
+		}
+	}
+}
+
+// check asks cur's broker a health call (a2a.admin.info, which every
+// broker answers, and answers from memory), and returns why it got no
+// answer, nil if it got one (an error answer is an answer too).
+//
+// A deadline that passed while this process itself was not running (a
+// host stopped by SIGSTOP, a laptop lid, a debugger, or starved) says
+// nothing of the broker: its answer may be waiting unread, and at the
+// continue every late timer fires at once. Such a call is made again,
+// with a fresh deadline, before the broker is judged.
+func (r *rejoiner) check(cur *link) error {
+	hc, ok := cur.client.(transport.HostCaller)
+	if !ok {
+		return nil // nothing to ask with: exit is all it can tell
+	}
+	for try := 1; ; try++ {
+		start := r.live.now()
+		ctx, cancel := context.WithTimeout(r.ctx, r.live.timeout)
+		_, err := hc.CallHost(ctx, wire.MethodAdminInfo, nil)
+		cancel()
+		if err == nil || !unanswered(err) {
+			return nil
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			took := r.live.now().Sub(start)
+			if took > r.live.timeout+lateBy(r.live.timeout) && try < healthTries {
+				r.log.Debug("a health call's deadline passed while this process was not running; asking again",
+					"took", took, "timeout", r.live.timeout)
+				continue
+			}
+			return fmt.Errorf("no answer in %v", took.Round(time.Millisecond))
+		}
+		return err
+	}
+}
+
+// unanswered reports whether a call's error means the broker did not
+// answer: a deadline, a link that failed or closed. Any other error is
+// the broker's answer.
+func unanswered(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, transport.ErrUnavailable) ||
+		errors.Is(err, transport.ErrClosed)
+}
+
+// lateBy is how much later than its deadline a health call may end for
+// its timer to count as on time: more says the process was not running
+// when it was due. Timers of a busy process run a little late; a
+// generous margin only makes the host ask once more.
+func lateBy(timeout time.Duration) time.Duration {
+	return max(timeout/10, 100*time.Millisecond)
+}
+
+// watchCall arms the stall trigger for one call on the current link:
+// should it wait live.timeout without an answer, the supervisor checks
+// the broker. Call the returned func when the call returns.
+func (r *rejoiner) watchCall() (disarm func() bool) {
+	if r.live.timeout <= 0 {
+		return func() bool { return false }
+	}
+	return time.AfterFunc(r.live.timeout, r.kick).Stop
+}
+
+// kick wakes the supervisor to check the broker; it never waits.
+func (r *rejoiner) kick() {
+	select {
+	case r.stalled <- struct{}{}:
+	default:
 	}
 }
 
@@ -237,6 +407,7 @@ func (r *rejoiner) CallHost(ctx context.Context, method string, params any) (jso
 	if !ok {
 		return nil, fmt.Errorf("%w: this broker takes no host calls", transport.ErrUnavailable)
 	}
+	defer r.watchCall()()
 	res, err := hc.CallHost(ctx, method, params)
 	if errors.Is(err, transport.ErrClosed) && r.ctx.Err() == nil {
 		err = fmt.Errorf("%w: the broker went away during the call", transport.ErrUnavailable)
@@ -317,6 +488,7 @@ func (s *rejoinSession) Call(ctx context.Context, method string, params any) (js
 	if err != nil {
 		return nil, err
 	}
+	defer s.r.watchCall()()
 	res, err := inner.Call(ctx, method, params)
 	if errors.Is(err, transport.ErrClosed) && s.ctx.Err() == nil {
 		// The link closed under the call, not this session.

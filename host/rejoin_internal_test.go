@@ -48,7 +48,7 @@ func TestRejoinerCallsWaitForTheNextBroker(t *testing.T) {
 			return &link{client: first.bus, gone: first.gone, desc: "first"}, nil
 		}
 		return nil, errors.New("no broker yet")
-	}, slog.New(slog.DiscardHandler))
+	}, slog.New(slog.DiscardHandler), liveness{})
 	require.NoError(t, err)
 	defer r.Close()
 	sess, err := r.Session(context.Background(), "s1")
@@ -99,7 +99,7 @@ func TestRejoinerCloseEndsAWaitingCall(t *testing.T) {
 			return &link{client: b.bus, gone: b.gone}, nil
 		}
 		return nil, errors.New("gone for good")
-	}, slog.New(slog.DiscardHandler))
+	}, slog.New(slog.DiscardHandler), liveness{})
 	require.NoError(t, err)
 	sess, err := r.Session(context.Background(), "s1")
 	require.NoError(t, err)
@@ -169,7 +169,7 @@ func TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd(t *testing.T) 
 			return &link{client: d, gone: d.gone, desc: "dying"}, nil
 		}
 		return &link{client: realBroker(t), gone: make(chan struct{}), desc: "healthy"}, nil
-	}, slog.New(slog.DiscardHandler))
+	}, slog.New(slog.DiscardHandler), liveness{})
 	require.NoError(t, err)
 	defer r.Close()
 	sess, err := r.Session(context.Background(), "s1")
