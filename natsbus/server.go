@@ -184,6 +184,8 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		// the client: on loopback, a reader that stops that long is gone
 		// or stuck, and what waits for it is held until then.
 		WriteDeadline:              writeDeadline,
+		PingInterval:               serverPingInterval,
+		MaxPingsOut:                serverMaxPingsOut,
 		CustomClientAuthentication: s,
 	}
 	ns, err := server.NewServer(opts)
@@ -210,9 +212,29 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
-// writeDeadline is how long the server waits for a client to take a
-// write.
-const writeDeadline = 3 * time.Second
+// The server's settings for its clients, chosen for a desktop, where
+// every client is on loopback or in this process and what goes wrong is
+// a process that stops for a while (a debugger, SIGSTOP, a closed lid, a
+// starved machine) and goes on, rather than a network that drops.
+const (
+	// writeDeadline is how long the server waits for a client to take a
+	// write. On loopback the kernel takes several MB for a reader before
+	// a write waits at all, so a write that waits 3 s is to a reader that
+	// stopped with that much unread; in this process (no kernel buffer)
+	// it is a reader that did not run for 3 s. Cutting it frees what
+	// waits for it soon (see holdFor), and costs it little: every link
+	// rejoins and replays what passed (PROTOCOL.md §5). A longer deadline
+	// would hold a stuck reader's bytes that much longer.
+	writeDeadline = 3 * time.Second
+	// serverPingInterval and serverMaxPingsOut: a client that answers
+	// none of 4 pings 30 s apart (silent 2 to 2.5 min) is taken for stuck
+	// and closed, and what it held is freed. A client stopped 15 s, or a
+	// minute at a breakpoint, keeps its connection. (nats-server's own
+	// 2 min x 2 waits up to 6 min; a data centre's seconds would cut
+	// every host a debugger holds.)
+	serverPingInterval = 30 * time.Second
+	serverMaxPingsOut  = 4
+)
 
 // maxPending is the server's per-connection bound on what waits to be
 // written: four of the largest messages.
