@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -94,13 +93,20 @@ type Config struct {
 	// (the A2A gateway's own session, which acts for outside clients).
 	// They are agents like any other to everything else. They are the
 	// broker's own: a2a.sessions.open refuses them, so that no session
-	// credential is ever made for one.
+	// credential is ever made for one. The sessions under one (its id,
+	// "/", anything: the gateway's clients') are hidden too.
 	HiddenSessions []string
 	// OwnedInstances are the instance ids of the broker's own agents (the
-	// A2A gateway's): they register only in one of HiddenSessions, so that
-	// no session can take such an agent's place or read its tasks, whether
-	// the agent is running or not.
+	// A2A gateway's): they register only in a hidden session, so that no
+	// session can take such an agent's place or read its tasks, whether
+	// the agent is running or not. The ids under one (its id, "/",
+	// anything) are owned too.
 	OwnedInstances []string
+	// HostMethods are host-only methods the embedder serves beside the
+	// broker's (the A2A gateway's a2a.gateway.clients.*), dispatched as
+	// the bus's own host methods are. A name the broker or the bus has
+	// already is an error at New.
+	HostMethods map[string]transport.HostMethod
 }
 
 // Broker is the A2A broker. It implements transport.Handler.
@@ -242,6 +248,13 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 			b.methods[name] = method{host: true, serve: hostMethod(fn)}
 		}
 	}
+	for name, fn := range cfg.HostMethods {
+		if _, taken := b.methods[name]; taken {
+			b.cancel()
+			return nil, fmt.Errorf("broker: host method %q clashes with a broker or bus method", name)
+		}
+		b.methods[name] = method{host: true, serve: hostMethod(fn)}
+	}
 	if err := b.startOrphanSweep(ctx); err != nil {
 		b.cancel()
 		return nil, err
@@ -255,12 +268,27 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 	return b, nil
 }
 
+// hiddenSession reports whether session is one of Config.HiddenSessions
+// or under one.
+func (b *Broker) hiddenSession(session string) bool { return under(b.cfg.HiddenSessions, session) }
+
+// under reports whether id is one of ids, or under one: the id, "/",
+// anything.
+func under(ids []string, id string) bool {
+	for _, top := range ids {
+		if id == top || (len(id) > len(top) && id[len(top)] == '/' && id[:len(top)] == top) {
+			return true
+		}
+	}
+	return false
+}
+
 // refuseHidden wraps a2a.sessions.open: a hidden session is the
 // broker's own, and gets no session credential.
 func (b *Broker) refuseHidden(open transport.HostMethod) transport.HostMethod {
 	return func(ctx context.Context, params json.RawMessage) (any, error) {
 		var p wire.SessionParams
-		if wire.DecodeParams(params, &p) == nil && slices.Contains(b.cfg.HiddenSessions, p.ContextID) {
+		if wire.DecodeParams(params, &p) == nil && b.hiddenSession(p.ContextID) {
 			return nil, wire.ErrInvalidParams.Withf("contextId %s is the broker's own session", wire.Quote(p.ContextID))
 		}
 		return open(ctx, params)

@@ -294,6 +294,53 @@ func TestTheBrokersOwnIdentitiesCannotBeClaimed(t *testing.T) {
 	assert.True(t, opened)
 }
 
+// TestTheSessionsAndInstancesUnderTheBrokersOwnAreItsOwn: a session under
+// a hidden one ("gw/…", a gateway client's) is hidden and gets no
+// credential; an instance id under an owned one registers only in a
+// hidden session; a name that merely starts the same is no one's.
+func TestTheSessionsAndInstancesUnderTheBrokersOwnAreItsOwn(t *testing.T) {
+	cfg := broker.Config{HiddenSessions: []string{"gw"}, OwnedInstances: []string{"gw-agent"}}
+	e := newEnv(t, cfg)
+	_, err := e.tryRegister("evil", "client", "gw-agent/c1")
+	requireCode(t, err, wire.ErrInvalidParams)
+	e.registerInstance("gw/c1", "client", "gw-agent/c1")
+	e.registerInstance("gwx", "neighbour", "gw-agentx") // no prefix of an owned id, no sub-session
+
+	opened := false
+	b, err := broker.New(t.Context(), sessionOpener{e.bus2(t), &opened}, cfg)
+	require.NoError(t, err)
+	defer b.Close()
+	host := transport.Caller{Scope: transport.ScopeHost}
+	r := raw(t, b, host, `{"jsonrpc":"2.0","id":1,"method":"a2a.sessions.open","params":{"contextId":"gw/c1"}}`)
+	require.NotNil(t, r.Error)
+	assert.Contains(t, r.Error.Message, "the broker's own session")
+	assert.False(t, opened, "no credential was made")
+	r = raw(t, b, host, `{"jsonrpc":"2.0","id":1,"method":"a2a.sessions.open","params":{"contextId":"gwx"}}`)
+	require.Nil(t, r.Error)
+	assert.True(t, opened)
+}
+
+// TestHostMethodsOfTheEmbedder: Config.HostMethods are served to the host
+// only, and one that clashes with a broker method is refused at New.
+func TestHostMethodsOfTheEmbedder(t *testing.T) {
+	e := newEnv(t, broker.Config{})
+	cfg := broker.Config{HostMethods: map[string]transport.HostMethod{
+		"x.ping": func(context.Context, json.RawMessage) (any, error) { return map[string]string{"pong": "yes"}, nil },
+	}}
+	b, err := broker.New(t.Context(), e.bus2(t), cfg)
+	require.NoError(t, err)
+	defer b.Close()
+	r := raw(t, b, transport.Caller{Scope: transport.ScopeHost}, `{"jsonrpc":"2.0","id":1,"method":"x.ping"}`)
+	require.Nil(t, r.Error)
+	assert.JSONEq(t, `{"pong":"yes"}`, string(r.Result))
+	r = raw(t, b, transport.Caller{Scope: transport.ScopeSession, Session: "chat-1"}, `{"jsonrpc":"2.0","id":1,"method":"x.ping"}`)
+	require.NotNil(t, r.Error, "a session cannot call a host method")
+
+	cfg.HostMethods = map[string]transport.HostMethod{wire.MethodSend: cfg.HostMethods["x.ping"]}
+	_, err = broker.New(t.Context(), e.bus2(t), cfg)
+	require.Error(t, err)
+}
+
 // sessionOpener is a fake bus that serves a2a.sessions.open.
 type sessionOpener struct {
 	transport.Bus

@@ -388,7 +388,7 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, req *wire.
 	}
 	token := secret.Hex(32)
 	a := &agent{name: p.Card.Name, instance: p.InstanceID, session: p.ContextID, tokenHash: hashToken(token),
-		hidden: slices.Contains(b.cfg.HiddenSessions, p.ContextID)}
+		hidden: b.hiddenSession(p.ContextID)}
 	card := *p.Card
 	at := wire.NewTime(b.cfg.Now())
 	card.ContextID, card.RegisteredAt = p.ContextID, &at
@@ -537,7 +537,7 @@ func (r *registry) arrived(session string) {
 // broker's own agents (Config.OwnedInstances), which register only in a
 // hidden session, and session is not one.
 func (b *Broker) ownedElsewhere(instance, session string) bool {
-	return slices.Contains(b.cfg.OwnedInstances, instance) && !slices.Contains(b.cfg.HiddenSessions, session)
+	return under(b.cfg.OwnedInstances, instance) && !b.hiddenSession(session)
 }
 
 // capsAllow checks the agent caps for a new registration in session. A
@@ -637,8 +637,28 @@ func (b *Broker) listAgents(ctx context.Context, from transport.Caller, req *wir
 		if err != nil {
 			return nil, err
 		}
+		if p.AgentID != "" {
+			return b.agentPage(self, p.AgentID), nil
+		}
 		return b.agentsPage(self, p.PageToken, size), nil
 	})
+}
+
+// agentPage encodes the page of a2a.agents.list narrowed to one agentId:
+// that agent's card, read from the index, when the list would show it to
+// self (live, not self, not hidden); else no card. It costs one card,
+// whatever the number of agents.
+func (b *Broker) agentPage(self *agent, id string) json.RawMessage {
+	b.reg.mu.RLock()
+	var card json.RawMessage
+	if a := b.reg.byID[id]; a != nil && a != self && !a.hidden {
+		card = a.card
+	}
+	out := make([]byte, 0, len(card)+64)
+	out = append(out, `{"agents":[`...)
+	out = append(out, card...)
+	b.reg.mu.RUnlock()
+	return append(out, `],"nextPageToken":""}`...)
 }
 
 // agentsPage encodes one page of the live agents after the agentId

@@ -313,6 +313,39 @@ func (d *Delegate) Peers(ctx context.Context) ([]wire.AgentCard, error) {
 	}
 }
 
+// Peer returns the card of the live agent id, as Peers would list it; nil,
+// and no error, when Peers would not list it (no live agent has that id,
+// or it is the delegate itself or hidden from it). It costs one card
+// whatever the number of agents: a2a.agents.list narrowed by agentId.
+func (d *Delegate) Peer(ctx context.Context, id string) (*wire.AgentCard, error) {
+	if id == "" {
+		return nil, nil
+	}
+	p := wire.ListAgentsParams{AgentID: id}
+	var res wire.ListAgentsResult
+	err := d.callWithToken(ctx, func(token string) error {
+		p.Token = token
+		return d.r.call(ctx, wire.MethodListAgents, p, &res)
+	})
+	if err != nil {
+		return nil, err
+	}
+	cards := res.Agents
+	if res.NextPageToken != "" {
+		// A broker that does not know agentId answered the list's first
+		// page: walk the list.
+		if cards, err = d.Peers(ctx); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cards {
+		if cards[i].AgentID == id {
+			return &cards[i], nil
+		}
+	}
+	return nil, nil
+}
+
 // Send creates a task for a peer. to names it; "" lets the broker choose
 // the single peer of this session, else the single peer of the others.
 // metadata, when not nil, is kept with the task.

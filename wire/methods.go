@@ -22,6 +22,10 @@ const (
 	MethodAdminTasks    = "a2a.admin.tasks"
 	MethodAdminSessions = "a2a.admin.sessions"
 
+	// The A2A gateway's host methods (a2a-bus serve --a2a-listen).
+	MethodGatewayClientIssue  = "a2a.gateway.clients.issue"
+	MethodGatewayClientRevoke = "a2a.gateway.clients.revoke"
+
 	// NotifyTaskEvent and NotifyPush are the two notifications.
 	NotifyTaskEvent = "a2a.task.event"
 	NotifyPush      = "a2a.push"
@@ -125,6 +129,11 @@ type Page struct {
 // ListAgentsParams are the params of a2a.agents.list.
 type ListAgentsParams struct {
 	Token string `json:"token"`
+	// AgentID, when set, narrows the list to the live agent of that
+	// agentId: one page of at most its card, read from the broker's index
+	// (not a walk of the list). No card when the list would not show it
+	// (unknown, the caller itself, hidden); pageToken is not used.
+	AgentID string `json:"agentId,omitempty"`
 	PageParams
 }
 

@@ -156,6 +156,7 @@ export interface ErrorData {
 }
 export interface ListAgentsParams {
   token: string;
+  agentId?: string;
   pageSize?: number;
   pageToken?: string;
 }
