@@ -77,7 +77,7 @@ func (g *Gateway) read(ctx context.Context, f func() error) error {
 // task reads a task of the gateway's agent (read).
 func (g *Gateway) task(ctx context.Context, id string) (t *wire.Task, err error) {
 	err = g.read(ctx, func() error {
-		t, err = g.d.Task(ctx, id)
+		t, err = g.agent(ctx).Task(ctx, id)
 		return err
 	})
 	return t, err

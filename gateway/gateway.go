@@ -9,16 +9,13 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"iter"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -51,8 +48,9 @@ const InstanceFile = brokerid.InstanceFile
 
 // pollEvery is how often a waiting request reads its task again, events
 // or not: a safety net under the event feed (a session closed by the
-// host, a resync that reported nothing).
-const pollEvery = 5 * time.Second
+// host, a resync that reported nothing). A var for the tests, which set
+// it before a gateway starts (export_test.go).
+var pollEvery = 5 * time.Second
 
 // Config configures a Gateway.
 type Config struct {
@@ -77,6 +75,23 @@ type Config struct {
 	// MaxCalls bounds the gateway's calls to the broker under way at
 	// once; more wait their turn. 0 means DefaultMaxCalls.
 	MaxCalls int
+	// MaxInFlightBytes bounds the bodies of the requests in service at
+	// once, each weighed by its size or, for a body whose decoded form is
+	// large for its size, more (body.go); more wait up to BusyWait, then
+	// are refused. 0 means 8 × MaxBodyBytes.
+	MaxInFlightBytes int64
+	// Clients are the client credentials beside Token, each client with
+	// an agent of its own. nil: Token only.
+	Clients *Clients
+	// MaxStreamsPerClient bounds a client's streams and blocking sends
+	// open at once (the clients of Token count as one). 0 means
+	// DefaultMaxStreamsPerClient.
+	MaxStreamsPerClient int
+	// AbandonAfter is how long a task whose client stopped waiting for it
+	// (a blocking send whose connection closed) is kept open with no
+	// subscriber and no read by its client before the gateway cancels
+	// it. 0 means DefaultAbandonAfter; negative never.
+	AbandonAfter time.Duration
 	// Logger receives the gateway's logs. nil discards them.
 	Logger *slog.Logger
 }
@@ -92,12 +107,23 @@ type Gateway struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
 	slots  chan struct{} // one per call to the broker under way (call)
+	bodies *budget       // the bodies of the requests in service (serveRPC)
+
+	transport transport.Client
+	def       *clientState // the default client (Config.Token), whose agent is d
+	joinMu    sync.Mutex
+	closeOnce sync.Once
+	closeErr  error
 
 	mu      sync.Mutex
 	subs    map[string]map[*sub]struct{} // by task id
 	pending map[*pending]struct{}        // sends whose task id is not known yet
+	clients map[string]*clientState      // by client id: those that joined
+	// abandoned are the clocks of tasks whose client stopped waiting
+	// (abandon), by task id; bg counts their ends under way.
+	abandoned map[string]*abandonClock
+	bg        sync.WaitGroup
 }
 
 // pending holds every event that comes while a send is under way: the
@@ -128,6 +154,15 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 	if cfg.MaxCalls <= 0 {
 		cfg.MaxCalls = DefaultMaxCalls
 	}
+	if cfg.MaxInFlightBytes <= 0 {
+		cfg.MaxInFlightBytes = 8 * cfg.MaxBodyBytes
+	}
+	if cfg.MaxStreamsPerClient <= 0 {
+		cfg.MaxStreamsPerClient = DefaultMaxStreamsPerClient
+	}
+	if cfg.AbandonAfter == 0 {
+		cfg.AbandonAfter = DefaultAbandonAfter
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -151,11 +186,18 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, rt: rt, d: d, done: make(chan struct{}), slots: make(chan struct{}, cfg.MaxCalls),
-		subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, transport: client, rt: rt, d: d, slots: make(chan struct{}, cfg.MaxCalls),
+		subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}, clients: map[string]*clientState{}, abandoned: map[string]*abandonClock{}}
+	g.def = &clientState{rt: rt, d: d, done: make(chan struct{})}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.rpc = a2asrv.NewJSONRPCHandler(g)
-	go g.pump()
+	g.bodies = newBudget(cfg.MaxInFlightBytes)
+	if cfg.Clients != nil {
+		cfg.Clients.mu.Lock()
+		cfg.Clients.revoked = g.dropClient
+		cfg.Clients.mu.Unlock()
+	}
+	go g.pump(g.def)
 	return g, nil
 }
 
@@ -164,18 +206,39 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 // gateway on this broker, or on its restart, takes them back (PROTOCOL
 // §12). Idempotent.
 func (g *Gateway) Close() error {
-	g.cancel()
-	<-g.done
-	return g.rt.Leave()
+	g.closeOnce.Do(func() {
+		if g.cfg.Clients != nil {
+			g.cfg.Clients.mu.Lock()
+			g.cfg.Clients.revoked = nil
+			g.cfg.Clients.mu.Unlock()
+		}
+		g.cancel()
+		g.stopAbandoned()
+		// A join under way ends first; none starts from here on (join
+		// sees g.ctx).
+		g.joinMu.Lock()
+		g.mu.Lock()
+		clients := g.clients
+		g.clients = map[string]*clientState{}
+		g.mu.Unlock()
+		g.joinMu.Unlock()
+		<-g.def.done
+		g.closeErr = g.rt.Leave()
+		for _, c := range clients {
+			<-c.done
+			_ = c.rt.Leave()
+		}
+	})
+	return g.closeErr
 }
 
 // pump hands the gateway agent's events to the requests that wait for
 // them, by task. The runtime closes every gap (replay, then a re-read of
 // the tasks: a Resync), so a waiter misses no change.
-func (g *Gateway) pump() {
-	defer close(g.done)
+func (g *Gateway) pump(c *clientState) {
+	defer close(c.done)
 	for {
-		ev, err := g.d.Wait(g.ctx)
+		ev, err := c.d.Wait(g.ctx)
 		if err != nil {
 			return
 		}
@@ -332,53 +395,19 @@ func (g *Gateway) next(ctx context.Context, s *sub, taskID string) (*wire.TaskEv
 const BodyTimeout = 30 * time.Second
 
 // The HTTP server's bounds (Server): what a local process without the
-// token can hold open is bounded too.
+// token can hold open is bounded too (and conns.go).
 const (
-	// MaxConnections bounds the connections open at once.
-	MaxConnections = 256
 	// IdleTimeout closes a keep-alive connection idle this long.
 	IdleTimeout = 30 * time.Second
 	// HeaderTimeout bounds the reading of a request's headers.
 	HeaderTimeout = 10 * time.Second
 )
 
-// Server is an HTTP server of the gateway's Handler, with the bounds above.
+// Server is an HTTP server of the gateway's Handler, with the bounds above;
+// serve it on a LimitListener.
 func (g *Gateway) Server() *http.Server {
 	return &http.Server{Handler: g.Handler(), ReadHeaderTimeout: HeaderTimeout, IdleTimeout: IdleTimeout, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
-}
-
-// LimitListener bounds ln to MaxConnections open at once: beyond, a new
-// connection waits in the listen queue.
-func LimitListener(ln net.Listener) net.Listener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, MaxConnections)}
-}
-
-type limitListener struct {
-	net.Listener
-	sem chan struct{}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.sem <- struct{}{}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
+		ConnContext: connContext, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
 }
 
 // agentKey carries the agent a request's path names.
@@ -397,22 +426,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /agents", g.serveAgents)
 	mux.HandleFunc("GET /agents/{agent}/.well-known/agent-card.json", g.serveCard)
-	mux.HandleFunc("POST /agents/{agent}", func(w http.ResponseWriter, r *http.Request) {
-		// The body is read whole, within BodyTimeout, then the read
-		// deadline goes: a stream may last as long as its task.
-		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Now().Add(BodyTimeout))
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
-		if err != nil {
-			w.Header().Set("Connection", "close")
-			_ = rc.SetReadDeadline(time.Now())
-			http.Error(w, "the request body: "+err.Error(), http.StatusRequestEntityTooLarge)
-			return
-		}
-		_ = rc.SetReadDeadline(time.Time{})
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		g.rpc.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentKey{}, r.PathValue("agent"))))
-	})
+	mux.HandleFunc("POST /agents/{agent}", g.serveRPC) // body.go
 	return g.auth(mux)
 }
 
@@ -420,15 +434,32 @@ func (g *Gateway) auth(next http.Handler) http.Handler {
 	want := []byte(g.cfg.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+		bearer := strings.EqualFold(scheme, "Bearer")
+		var cred *ClientCredential
+		if bearer && subtle.ConstantTimeCompare([]byte(token), want) != 1 {
+			cred = g.cfg.Clients.lookup(token)
+		}
+		if !bearer || (cred == nil && subtle.ConstantTimeCompare([]byte(token), want) != 1) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="a2a-bus"`)
 			// No idle connection for a stranger, nor a wait for the rest
 			// of a body it sends slowly: the server would read it to keep
 			// the connection.
 			w.Header().Set("Connection", "close")
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
-			http.Error(w, "a bearer token is required: a2aToken in the broker's connection file", http.StatusUnauthorized)
+			http.Error(w, "a bearer token is required: a2aToken in the broker's connection file, or a client's", http.StatusUnauthorized)
 			return
+		}
+		if !markAuthenticated(w, r) {
+			return
+		}
+		if cred != nil {
+			c, err := g.join(r.Context(), cred)
+			if err != nil {
+				g.log.Warn("a gateway client's agent could not be registered", "client", cred.ClientID, "error", err)
+				http.Error(w, "the broker did not take this client's agent: "+err.Error(), http.StatusBadGateway)
+				return
+			}
+			r = r.WithContext(context.WithValue(r.Context(), clientKey{}, c))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -460,18 +491,14 @@ func (g *Gateway) serveAgents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
-// peer returns the live agent's card; nil when there is none.
-func (g *Gateway) peer(ctx context.Context, id string) (*wire.AgentCard, error) {
-	cards, err := g.peers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for i := range cards {
-		if cards[i].AgentID == id {
-			return &cards[i], nil
-		}
-	}
-	return nil, nil
+// peer returns the live agent's card; nil when there is none. It reads
+// that one card (a2a.agents.list narrowed by agentId), not the list.
+func (g *Gateway) peer(ctx context.Context, id string) (c *wire.AgentCard, err error) {
+	err = g.read(ctx, func() error {
+		c, err = g.d.Peer(ctx, id)
+		return err
+	})
+	return c, err
 }
 
 func (g *Gateway) serveCard(w http.ResponseWriter, r *http.Request) {
@@ -529,6 +556,7 @@ func (g *Gateway) ownTask(ctx context.Context, id a2a.TaskID) (*wire.Task, error
 	if t.AgentName != agentOf(ctx) {
 		return nil, a2a.NewError(a2a.ErrTaskNotFound, fmt.Sprintf("no task %s with agent %s", id, agentOf(ctx)))
 	}
+	g.touch(t.ID) // its client reads it: not abandoned
 	return t, nil
 }
 
@@ -565,7 +593,7 @@ func (g *Gateway) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a2
 	var tasks []*wire.Task
 	var next string
 	err := g.read(ctx, func() (err error) {
-		tasks, next, err = g.d.TasksPage(ctx, state, wire.ListRequester, size, req.PageToken)
+		tasks, next, err = g.agent(ctx).TasksPage(ctx, state, wire.ListRequester, size, req.PageToken)
 		return err
 	})
 	if err != nil {
@@ -604,12 +632,16 @@ func (g *Gateway) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*
 	}
 	var t *wire.Task
 	err := g.call(ctx, func() (err error) {
-		t, err = g.d.Cancel(ctx, string(req.ID))
+		t, err = g.agent(ctx).Cancel(ctx, string(req.ID))
 		return err
 	})
 	if err != nil {
 		return nil, Error(err, true)
 	}
+	// The broker tells a cancel to the task's other member, not to the
+	// gateway that made it: the gateway's own waiters on the task (a
+	// stream, a blocking send) hear it here, and close at once.
+	g.deliver(&wire.TaskEvent{TaskID: t.ID, Kind: wire.EventStatus, Task: t.WithoutHistory(), Final: t.Status.State.Terminal()})
 	return Task(t, nil)
 }
 
@@ -620,6 +652,7 @@ func (g *Gateway) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*
 // subscription to its changes made before the send, so none is missed.
 func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.Task, wire.TaskStatus, *sub, func(), error) {
 	agent := agentOf(ctx)
+	exactNumbers(ctx, req) // numbers.go
 	msg, err := FromMessage(req.Message)
 	if err != nil {
 		return nil, wire.TaskStatus{}, nil, nil, a2a.NewError(a2a.ErrInvalidParams, err.Error())
@@ -632,7 +665,7 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 		s, unsub := g.subscribe(string(req.Message.TaskID))
 		var t *wire.Task
 		err = g.call(ctx, func() (err error) {
-			t, err = g.d.Reply(ctx, string(req.Message.TaskID), *msg)
+			t, err = g.agent(ctx).Reply(ctx, string(req.Message.TaskID), *msg)
 			return err
 		})
 		if err != nil {
@@ -661,7 +694,7 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 	p, drop := g.expect()
 	var t *wire.Task
 	err = g.call(ctx, func() (err error) {
-		t, err = g.d.Send(ctx, agent, *msg, meta)
+		t, err = g.agent(ctx).Send(ctx, agent, *msg, meta)
 		return err
 	})
 	if err != nil {
@@ -686,6 +719,14 @@ func moved(from, to *wire.TaskStatus) bool {
 // SendMessage implements a2asrv.RequestHandler: it blocks until the task
 // needs input or ends, unless configuration.returnImmediately.
 func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) (a2a.SendMessageResult, error) {
+	blocking := req.Config == nil || !req.Config.ReturnImmediately
+	if blocking {
+		release, err := g.openStream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	t, start, s, unsub, err := g.send(ctx, req)
 	if err != nil {
 		return nil, err
@@ -694,10 +735,17 @@ func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 	var history *int
 	if req.Config != nil {
 		history = req.Config.HistoryLength
-		if req.Config.ReturnImmediately {
-			return Task(t, history)
-		}
 	}
+	if !blocking {
+		return Task(t, history)
+	}
+	// A client that stops waiting leaves its task to the abandon clock.
+	id := t.ID
+	defer func() {
+		if ctx.Err() != nil && g.ctx.Err() == nil && (t == nil || !t.Status.State.Terminal()) {
+			g.abandon(g.clientOf(ctx), id)
+		}
+	}()
 	// The task as it is now closes the gap between the send and the
 	// subscription; events follow.
 	if t, err = g.task(ctx, t.ID); err != nil {
@@ -718,6 +766,12 @@ func (g *Gateway) SendMessage(ctx context.Context, req *a2a.SendMessageRequest) 
 // its artifact and status updates in order, until it needs input or ends.
 func (g *Gateway) SendStreamingMessage(ctx context.Context, req *a2a.SendMessageRequest) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
+		release, err := g.openStream(ctx)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer release()
 		t, start, s, unsub, err := g.send(ctx, req)
 		if err != nil {
 			yield(nil, err)
@@ -733,6 +787,12 @@ func (g *Gateway) SendStreamingMessage(ctx context.Context, req *a2a.SendMessage
 // UnsupportedOperation, as the specification has it.
 func (g *Gateway) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTaskRequest) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
+		release, err := g.openStream(ctx)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		defer release()
 		s, unsub := g.subscribe(string(req.ID))
 		defer unsub()
 		t, err := g.ownTask(ctx, req.ID)

@@ -62,7 +62,7 @@ func Part(p *wire.Part) (*a2a.Part, error) {
 		out.Content = a2a.Text(*p.Text)
 	case wire.KindData:
 		var v any
-		if err := json.Unmarshal(p.Data, &v); err != nil {
+		if err := unmarshalNumbers(p.Data, &v); err != nil {
 			return nil, fmt.Errorf("data part: %w", err)
 		}
 		out.Content = a2a.Data{Value: v}
@@ -341,7 +341,7 @@ func decodeMeta(raw json.RawMessage, out *map[string]any) error {
 	if raw == nil || string(raw) == "null" {
 		return nil
 	}
-	return json.Unmarshal(raw, out)
+	return unmarshalNumbers(raw, out) // numbers as written
 }
 
 // setMeta puts a2a-bus's own fields under MetaKey.

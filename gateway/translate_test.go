@@ -48,7 +48,7 @@ func TestPartsMapBothWays(t *testing.T) {
 	}{
 		"text": {wire.TextPart("hi"), func(p *a2a.Part) { assert.Equal(t, a2a.Text("hi"), p.Content) }},
 		"data": {data, func(p *a2a.Part) {
-			assert.Equal(t, a2a.Data{Value: map[string]any{"seat": 2.0}}, p.Content)
+			assert.Equal(t, a2a.Data{Value: map[string]any{"seat": json.Number("2")}}, p.Content, "numbers as written")
 			assert.Equal(t, map[string]any{"k": "v"}, p.Metadata)
 		}},
 		"file by bytes": {wire.FileBytesPart("a.txt", "text/plain", []byte("hello")), func(p *a2a.Part) {
@@ -98,7 +98,7 @@ func TestATaskCarriesWhat1_0LacksUnderOneKey(t *testing.T) {
 	assert.Equal(t, "m2", v1.History[0].ID)
 	assert.Equal(t, "scribe", v1.History[0].Metadata[gateway.MetaKey].(map[string]any)["from"])
 	require.Len(t, v1.Artifacts, 1)
-	assert.Equal(t, 1.0, v1.Metadata["mine"], "the client's metadata is kept")
+	assert.Equal(t, json.Number("1"), v1.Metadata["mine"], "the client's metadata is kept, its numbers as written")
 	bus := v1.Metadata[gateway.MetaKey].(map[string]any)
 	for k, want := range map[string]string{"requesterName": "a2a-gateway", "agentName": "scribe", "agentContextId": "chat-1", "contextId": "a2a-gateway", "clientContextId": "client-7"} {
 		assert.Equal(t, want, bus[k], k)

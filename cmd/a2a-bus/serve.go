@@ -46,6 +46,7 @@ type serveOptions struct {
 	maxMessageBytes    int
 	replayWindow       int
 	orphanTimeout      time.Duration
+	a2aAbandonAfter    time.Duration
 	logLevel           string
 	exitWithParent     bool
 	parentPID          int
@@ -75,6 +76,7 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxConnsPerSess, "max-connections-per-session", natsbus.DefaultMaxConnectionsPerSession, "NATS: connections open at once with one session's credentials")
 	fs.IntVar(&o.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes, "the largest request, on every bus; the payload and task limits derive from it")
 	fs.IntVar(&o.replayWindow, "replay-window", broker.DefaultReplayWindow, "notifications kept per session for a2a.events.replay")
+	fs.DurationVar(&o.a2aAbandonAfter, "a2a-abandon-after", gateway.DefaultAbandonAfter, "the gateway cancels a task whose client stopped waiting for it (a blocking send whose connection closed) after this long with no subscriber and no read (0: never)")
 	fs.DurationVar(&o.orphanTimeout, "orphan-timeout", broker.DefaultOrphanTimeout, "after a restart, how long the names and open tasks of agents not yet back are held for them (0: until they come back or their sessions close)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&o.exitWithParent, "exit-with-parent", true, "shut down cleanly when the process that started serve goes away (a sidecar dies with its host)")
@@ -220,6 +222,9 @@ func (o *serveOptions) validate() error {
 	if o.orphanTimeout < 0 {
 		return usageErrorf("--orphan-timeout: must not be negative")
 	}
+	if o.a2aAbandonAfter < 0 {
+		return usageErrorf("--a2a-abandon-after: must not be negative")
+	}
 	if o.retention < 0 || o.retentionTasks < 0 {
 		return usageErrorf("--retention and --retention-tasks must not be negative")
 	}
@@ -261,6 +266,15 @@ func (o *serveOptions) validate() error {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// abandonAfter is the gateway's Config.AbandonAfter for the flag, whose 0
+// means never.
+func abandonAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
 
 // brokerConfig is the broker's config from the flags. The A2A gateway's
 // session and agent are the broker's own whether the gateway is on or
@@ -357,6 +371,13 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	if err != nil {
 		return err
 	}
+	// The host issues the gateway's client credentials through the
+	// broker's host methods (PROTOCOL.md §12).
+	var gwClients *gateway.Clients
+	if gwListener != nil {
+		gwClients = gateway.NewClients()
+		cfg.HostMethods = gwClients.HostMethods()
+	}
 	b, err := broker.New(ctx, bus, cfg)
 	if err != nil {
 		return err
@@ -364,7 +385,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	defer b.Close()
 	stopGateway := func() {}
 	if gwListener != nil {
-		if stopGateway, err = startGateway(ctx, bus, gwListener, info, gwInstance, o, log); err != nil {
+		if stopGateway, err = startGateway(ctx, bus, gwListener, info, gwInstance, gwClients, o, log); err != nil {
 			return err
 		}
 	}
@@ -387,14 +408,15 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 // startGateway serves the A2A 1.0 gateway on ln, as a client of the
 // broker through an in-process connection. stop ends its streams, lets
 // its agent go and closes the HTTP server, within a second.
-func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info connfile.Info, instance string, o serveOptions, log *slog.Logger) (stop func(), err error) {
+func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info connfile.Info, instance string, clients *gateway.Clients, o serveOptions, log *slog.Logger) (stop func(), err error) {
 	// The client makes its connection again if the server cuts it (a
 	// flood the gateway falls behind on): a cut is a line in the log.
 	client, err := bus.Connect(natsbus.ClientConfig{Logger: log.With("client", "a2a-gateway")})
 	if err != nil {
 		return nil, err
 	}
-	g, err := gateway.New(ctx, client, gateway.Config{Instance: instance, Token: info.A2AToken, BaseURL: info.A2AURL, MaxBodyBytes: int64(o.maxMessageBytes), Version: version.String(), Logger: log})
+	g, err := gateway.New(ctx, client, gateway.Config{Instance: instance, Token: info.A2AToken, BaseURL: info.A2AURL, MaxBodyBytes: int64(o.maxMessageBytes), Version: version.String(),
+		Clients: clients, AbandonAfter: abandonAfter(o.a2aAbandonAfter), Logger: log})
 	if err != nil {
 		client.Close()
 		return nil, err

@@ -1,0 +1,499 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// The bounds on what a request's body may cost once decoded
+// (docs/PROTOCOL.md §12, Limits). The SDK decodes a body into Go values:
+// an empty object costs over a hundred bytes of heap for its three bytes
+// of JSON, so a body of nothing but small containers grows some 40-fold.
+// Before the SDK sees a body, scanBody reads its tokens (no tree) and
+// refuses one whose decoded form would be much larger than its bytes.
+const (
+	// MaxBodyDepth bounds the nesting of arrays and objects in a request,
+	// the envelope included: the broker's own bound (§11).
+	MaxBodyDepth = wire.MaxDepth
+	// ValueCost and ContainerCost are what the scan counts for each JSON
+	// value (an object's keys included) and, besides, each array or
+	// object: about what they cost decoded, and once more on their way
+	// to the broker (a boxed scalar with its slot, a small map's first
+	// group).
+	ValueCost     = 40
+	ContainerCost = 256
+	// DecodedPerByte and DecodedSlack bound a body's count: at most
+	// DecodedPerByte × its bytes + DecodedSlack. Text of any size, records
+	// as JSON encoders write them ({"id":1234,"name":"abcdef","ok":true}
+	// counts 14.1 a byte), numbers of two digits or more ("10," counts
+	// 13.3 a byte) pass at any size; the slack lets any body have about
+	// 26,000 values or 3,500 empty containers whatever its size. What is
+	// refused (-32600) is a body mostly of tiny containers ([{},{},…]
+	// counts 99 a byte) or of one-digit numbers ([0,0,…], 20 a byte).
+	DecodedPerByte = 16
+	DecodedSlack   = 1 << 20
+	// BusyWait is how long a request waits for room in the gateway's
+	// budget (Config.MaxInFlightBytes) before it is refused (-32603).
+	BusyWait = 10 * time.Second
+)
+
+// JSON-RPC error codes the gateway answers itself.
+const (
+	codeParseError     = -32700
+	codeInvalidRequest = -32600
+	codeInternalError  = -32603
+)
+
+// bodyScan is what scanBody learned of a body.
+type bodyScan struct {
+	values, containers int
+	// inexact is set when a number in the body would not survive a
+	// float64 (a fraction, an exponent, or 16 digits or more).
+	inexact bool
+	// id is the request's top-level id as written (a string, a number or
+	// null), when the scan reached it: the id of an error answer.
+	id []byte
+}
+
+// cost is the body's count (ValueCost, ContainerCost).
+func (s *bodyScan) cost() int64 {
+	return int64(s.values)*ValueCost + int64(s.containers)*ContainerCost
+}
+
+// weight is what a body of n bytes so scanned holds of the gateway's
+// budget: its size, or more for a body whose decoded form is larger than
+// DecodedPerByte × its size would be (at most n + DecodedSlack/DecodedPerByte).
+func (s *bodyScan) weight(n int) int64 {
+	return max(int64(n), (s.cost()+DecodedPerByte-1)/DecodedPerByte)
+}
+
+// errSyntax and errLimit are scanBody's two kinds of failure.
+type scanError struct {
+	syntax bool
+	msg    string
+}
+
+func (e *scanError) Error() string { return e.msg }
+
+func syntaxErr(i int, what string) error {
+	return &scanError{syntax: true, msg: fmt.Sprintf("%s at offset %d", what, i)}
+}
+
+// scanBody checks that b is one JSON value, alone but for white space,
+// that nests at most maxDepth deep and whose count (ValueCost,
+// ContainerCost) is at most DecodedPerByte × len(b) + DecodedSlack. It
+// reads b once and allocates only its stack of open containers.
+func scanBody(b []byte, maxDepth int) (bodyScan, error) {
+	var s bodyScan
+	limit := int64(DecodedPerByte)*int64(len(b)) + DecodedSlack
+	stack := make([]byte, 0, min(maxDepth, 32))
+	i := 0
+	keyIsID := false // the value that comes is the top level's "id"
+	for {
+		// A value.
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return s, syntaxErr(i, "unexpected end of JSON")
+		}
+		s.values++
+		start := i
+		c := b[i]
+		var err error
+		switch {
+		case c == '{' || c == '[':
+			s.containers++
+			if len(stack) >= maxDepth {
+				return s, &scanError{msg: fmt.Sprintf("the request nests arrays and objects deeper than %d levels", maxDepth)}
+			}
+			stack = append(stack, c)
+			i = skipSpace(b, i+1)
+			if s.cost() > limit {
+				return s, overCount(&s, len(b))
+			}
+			if i < len(b) && b[i] == c+2 { // '}' or ']': empty
+				stack = stack[:len(stack)-1]
+				i++
+				break
+			}
+			if c == '{' {
+				if i, keyIsID, err = scanKey(b, i, &s, len(stack) == 1); err != nil {
+					return s, err
+				}
+			}
+			continue
+		case c == '"':
+			i, err = scanString(b, i)
+		case c == '-' || (c >= '0' && c <= '9'):
+			i, err = scanNumber(b, i, &s)
+		case c == 't':
+			i, err = scanLiteral(b, i, "true")
+		case c == 'f':
+			i, err = scanLiteral(b, i, "false")
+		case c == 'n':
+			i, err = scanLiteral(b, i, "null")
+		default:
+			return s, syntaxErr(i, fmt.Sprintf("invalid character %q looking for a value", c))
+		}
+		if err != nil {
+			return s, err
+		}
+		if keyIsID && c != '{' && c != '[' && c != 't' && c != 'f' {
+			s.id = b[start:i]
+		}
+		keyIsID = false
+		if s.cost() > limit {
+			return s, overCount(&s, len(b))
+		}
+		// After a value: close what it ends, or go on to the next.
+		for {
+			i = skipSpace(b, i)
+			if len(stack) == 0 {
+				if i != len(b) {
+					return s, syntaxErr(i, "invalid character after the top-level value")
+				}
+				return s, nil
+			}
+			if i >= len(b) {
+				return s, syntaxErr(i, "unexpected end of JSON")
+			}
+			top := stack[len(stack)-1]
+			switch b[i] {
+			case top + 2:
+				stack = stack[:len(stack)-1]
+				i++
+				continue
+			case ',':
+				i++
+				if top == '{' {
+					if i, keyIsID, err = scanKey(b, skipSpace(b, i), &s, len(stack) == 1); err != nil {
+						return s, err
+					}
+					if s.cost() > limit {
+						return s, overCount(&s, len(b))
+					}
+				}
+			default:
+				return s, syntaxErr(i, fmt.Sprintf("invalid character %q after a value", b[i]))
+			}
+			break
+		}
+	}
+}
+
+func overCount(s *bodyScan, n int) error {
+	return &scanError{msg: fmt.Sprintf("the request's %d-byte body holds too many values and containers for its size: its decoded form would be over %d times as large (at most %d × its bytes + %d, counting %d a value and %d more a container)",
+		n, DecodedPerByte, DecodedPerByte, DecodedSlack, ValueCost, ContainerCost)}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+		i++
+	}
+	return i
+}
+
+// scanKey reads an object's key and its colon; isID when the key is "id"
+// in the top-level object.
+func scanKey(b []byte, i int, s *bodyScan, top bool) (int, bool, error) {
+	if i >= len(b) || b[i] != '"' {
+		return i, false, syntaxErr(i, "an object key expected")
+	}
+	s.values++
+	end, err := scanString(b, i)
+	if err != nil {
+		return end, false, err
+	}
+	isID := top && string(b[i:end]) == `"id"`
+	j := skipSpace(b, end)
+	if j >= len(b) || b[j] != ':' {
+		return j, false, syntaxErr(j, "':' expected after an object key")
+	}
+	return j + 1, isID, nil
+}
+
+func scanString(b []byte, i int) (int, error) {
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, nil
+		case c < 0x20:
+			return i, syntaxErr(i, "a control character in a string")
+		case c == '\\':
+			i++
+			if i >= len(b) {
+				return i, syntaxErr(i, "unexpected end of JSON")
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) {
+					return i, syntaxErr(i, "unexpected end of JSON")
+				}
+				for _, h := range b[i+1 : i+5] {
+					if !isHex(h) {
+						return i, syntaxErr(i, "an invalid \\u escape")
+					}
+				}
+				i += 4
+			default:
+				return i, syntaxErr(i, "an invalid escape")
+			}
+		}
+	}
+	return i, syntaxErr(i, "unexpected end of JSON")
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+func isDigit(b []byte, i int) bool { return i < len(b) && b[i] >= '0' && b[i] <= '9' }
+
+// scanNumber reads a number as JSON has it, and marks the scan inexact
+// for one a float64 would not carry as written.
+func scanNumber(b []byte, i int, s *bodyScan) (int, error) {
+	start := i
+	if b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case isDigit(b, i):
+		for isDigit(b, i) {
+			i++
+		}
+	default:
+		return i, syntaxErr(i, "a digit expected in a number")
+	}
+	if i-start > 15 {
+		s.inexact = true
+	}
+	if i < len(b) && b[i] == '.' {
+		s.inexact = true
+		i++
+		if !isDigit(b, i) {
+			return i, syntaxErr(i, "a digit expected after a decimal point")
+		}
+		for isDigit(b, i) {
+			i++
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		s.inexact = true
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !isDigit(b, i) {
+			return i, syntaxErr(i, "a digit expected in an exponent")
+		}
+		for isDigit(b, i) {
+			i++
+		}
+	}
+	return i, nil
+}
+
+func scanLiteral(b []byte, i int, lit string) (int, error) {
+	if !bytes.HasPrefix(b[i:], []byte(lit)) {
+		return i, syntaxErr(i, "an invalid literal")
+	}
+	return i + len(lit), nil
+}
+
+// budget is a weighted semaphore over the bodies in service
+// (Config.MaxInFlightBytes): waiters are served in order.
+type budget struct {
+	mu      sync.Mutex
+	size    int64
+	used    int64
+	waiters []*waiter
+}
+
+type waiter struct {
+	n     int64
+	ready chan struct{}
+}
+
+func newBudget(size int64) *budget { return &budget{size: size} }
+
+// acquire takes n (at most the budget's size) within ctx, waiting at most
+// BusyWait.
+func (b *budget) acquire(ctx context.Context, n int64) error {
+	n = min(n, b.size)
+	b.mu.Lock()
+	if len(b.waiters) == 0 && b.used+n <= b.size {
+		b.used += n
+		b.mu.Unlock()
+		return nil
+	}
+	w := &waiter{n: n, ready: make(chan struct{})}
+	b.waiters = append(b.waiters, w)
+	b.mu.Unlock()
+	t := time.NewTimer(BusyWait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-t.C:
+		err = errBusy
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case <-w.ready: // served meanwhile: give it back
+		b.used -= n
+		b.wake()
+	default:
+		for i, x := range b.waiters {
+			if x == w {
+				b.waiters = append(b.waiters[:i], b.waiters[i+1:]...)
+				break
+			}
+		}
+		b.wake() // the first waiter may fit now that w no longer blocks it
+	}
+	return err
+}
+
+var errBusy = errors.New("busy")
+
+// release gives back n.
+func (b *budget) release(n int64) {
+	b.mu.Lock()
+	b.used -= min(n, b.size)
+	b.wake()
+	b.mu.Unlock()
+}
+
+func (b *budget) wake() {
+	for len(b.waiters) > 0 && b.used+b.waiters[0].n <= b.size {
+		w := b.waiters[0]
+		b.waiters = b.waiters[1:]
+		b.used += w.n
+		close(w.ready)
+	}
+}
+
+// serveRPC reads a JSON-RPC request's body whole, within BodyTimeout and
+// MaxBodyBytes, in the gateway's budget; scans it (scanBody); keeps its
+// numbers as written (exactNumbers); and hands it to the SDK.
+func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	tooLarge := func(err error) {
+		w.Header().Set("Connection", "close")
+		_ = rc.SetReadDeadline(time.Now())
+		http.Error(w, "the request body: "+err.Error(), http.StatusRequestEntityTooLarge)
+	}
+	maxBody := g.cfg.MaxBodyBytes
+	if r.ContentLength > maxBody {
+		tooLarge(&http.MaxBytesError{Limit: maxBody})
+		return
+	}
+	held := maxBody // a body of unknown length may be as large as that
+	if r.ContentLength >= 0 {
+		held = r.ContentLength
+	}
+	held = min(held, g.bodies.size)
+	if err := g.bodies.acquire(r.Context(), held); err != nil {
+		w.Header().Set("Connection", "close")
+		_ = rc.SetReadDeadline(time.Now())
+		g.busy(w, nil, err)
+		return
+	}
+	defer func() { g.bodies.release(held) }()
+	// The body is read whole, within BodyTimeout, then the read deadline
+	// goes: a stream may last as long as its task.
+	_ = rc.SetReadDeadline(time.Now().Add(BodyTimeout))
+	body, err := readBody(http.MaxBytesReader(w, r.Body, maxBody), r.ContentLength)
+	if err != nil {
+		tooLarge(err)
+		return
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	if n := int64(len(body)); n < held {
+		g.bodies.release(held - n)
+		held = n
+	}
+	scan, err := scanBody(body, MaxBodyDepth)
+	if err != nil {
+		code := codeInvalidRequest
+		var se *scanError
+		if errors.As(err, &se) && se.syntax {
+			code = codeParseError
+		}
+		writeRPCError(w, scan.id, code, "the request body: "+err.Error())
+		return
+	}
+	if wt := min(scan.weight(len(body)), g.bodies.size); wt > held {
+		if err := g.bodies.acquire(r.Context(), wt-held); err != nil {
+			g.busy(w, scan.id, err)
+			return
+		}
+		held = wt
+	}
+	ctx := context.WithValue(r.Context(), agentKey{}, r.PathValue("agent"))
+	if scan.inexact {
+		ctx = withExact(ctx, body)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	g.rpc.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// readBody reads r whole: into a buffer of its length when it is known.
+func readBody(r io.Reader, length int64) ([]byte, error) {
+	if length < 0 {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, length)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	// The length is the body's: more is an error of the reader (none).
+	return b, nil
+}
+
+func (g *Gateway) busy(w http.ResponseWriter, id []byte, err error) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return // the client is gone
+	}
+	w.Header().Set("Retry-After", "1")
+	writeRPCError(w, id, codeInternalError, fmt.Sprintf("the gateway is busy: the requests in service hold its %d bytes of bodies (waited %s); try again", g.bodies.size, BusyWait))
+}
+
+// writeRPCError answers a JSON-RPC error as the SDK does: HTTP 200.
+func writeRPCError(w http.ResponseWriter, id []byte, code int, msg string) {
+	if len(id) == 0 {
+		id = []byte("null")
+	}
+	type rpcError struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	type response struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   rpcError        `json:"error"`
+	}
+	out, err := json.Marshal(response{JSONRPC: "2.0", ID: id, Error: rpcError{code, msg}})
+	if err != nil {
+		out, _ = json.Marshal(response{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: rpcError{code, msg}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(out)+1))
+	w.Write(append(out, '\n'))
+}
