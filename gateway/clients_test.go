@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -18,41 +17,17 @@ import (
 	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/gateway"
 	"github.com/a2a-bus/a2a-bus/runtime"
-	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // clientsEnv is a gateway with client credentials, over a real broker on
 // the fake bus, as serve wires them: the broker serves the host methods
 // that issue them.
-type clientsEnv struct {
-	*env
-	g *gateway.Gateway
-}
+type clientsEnv struct{ *env }
 
 func newClientsEnv(t *testing.T, bcfg broker.Config, gcfg gateway.Config) *clientsEnv {
-	bus := fakebus.New(fakebus.Config{})
-	clients := gateway.NewClients()
-	bcfg.HiddenSessions = []string{gateway.DefaultSession}
-	bcfg.OwnedInstances = []string{"gw-instance"}
-	bcfg.HostMethods = clients.HostMethods()
-	b, err := broker.New(context.Background(), bus, bcfg)
-	require.NoError(t, err)
-	var h http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	gcfg.Token, gcfg.BaseURL, gcfg.Version, gcfg.Clients, gcfg.Instance = token, srv.URL, "test", clients, "gw-instance"
-	g, err := gateway.New(ctxT(t), bus, gcfg)
-	require.NoError(t, err)
-	h = g.Handler()
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		g.Close()
-		bus.Close()
-		b.Close()
-		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	})
-	return &clientsEnv{env: &env{t: t, bus: bus, base: srv.URL, http: &http.Client{Transport: bearer{token}}}, g: g}
+	gcfg.Clients = gateway.NewClients()
+	return &clientsEnv{newGateway(t, bcfg, gcfg)}
 }
 
 // issue has the host issue a client credential.

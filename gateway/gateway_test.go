@@ -31,6 +31,7 @@ type env struct {
 	bus  *fakebus.Bus
 	base string
 	http *http.Client
+	g    *gateway.Gateway
 }
 
 // bearer adds the gateway's token to every request.

@@ -20,14 +20,24 @@ import (
 // The tests below come from a hostile review of the gateway: each failed
 // before its fix.
 
-func newEnvWith(t *testing.T, cfg broker.Config) *env {
+func newEnvWith(t *testing.T, cfg broker.Config) *env { return newGateway(t, cfg, gateway.Config{}) }
+
+// newGateway is a gateway over a real broker on the fake bus. Its token,
+// base URL and version are the test's; given Clients, the broker serves
+// their host methods, as serve wires them.
+func newGateway(t *testing.T, bcfg broker.Config, gcfg gateway.Config) *env {
 	bus := fakebus.New(fakebus.Config{})
-	cfg.HiddenSessions = []string{gateway.DefaultSession}
-	b, err := broker.New(context.Background(), bus, cfg)
+	bcfg.HiddenSessions = []string{gateway.DefaultSession}
+	if gcfg.Clients != nil {
+		bcfg.OwnedInstances, gcfg.Instance = []string{"gw-instance"}, "gw-instance"
+		bcfg.HostMethods = gcfg.Clients.HostMethods()
+	}
+	b, err := broker.New(context.Background(), bus, bcfg)
 	require.NoError(t, err)
 	var h http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	g, err := gateway.New(ctxT(t), bus, gateway.Config{Token: token, BaseURL: srv.URL, Version: "test"})
+	gcfg.Token, gcfg.BaseURL, gcfg.Version = token, srv.URL, "test"
+	g, err := gateway.New(ctxT(t), bus, gcfg)
 	require.NoError(t, err)
 	h = g.Handler()
 	t.Cleanup(func() {
@@ -38,7 +48,7 @@ func newEnvWith(t *testing.T, cfg broker.Config) *env {
 		b.Close()
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	})
-	return &env{t: t, bus: bus, base: srv.URL, http: &http.Client{Transport: bearer{token}}}
+	return &env{t: t, bus: bus, base: srv.URL, http: &http.Client{Transport: bearer{token}}, g: g}
 }
 
 func within(t *testing.T, d time.Duration) context.Context {

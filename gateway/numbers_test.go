@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -15,30 +14,12 @@ import (
 
 	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/gateway"
-	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // newEnvConfig is newEnvWith with the gateway's config.
 func newEnvConfig(t *testing.T, gcfg gateway.Config) *env {
-	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(context.Background(), bus, broker.Config{HiddenSessions: []string{gateway.DefaultSession}})
-	require.NoError(t, err)
-	var h http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	gcfg.Token, gcfg.BaseURL, gcfg.Version = token, srv.URL, "test"
-	g, err := gateway.New(ctxT(t), bus, gcfg)
-	require.NoError(t, err)
-	h = g.Handler()
-	t.Cleanup(func() {
-		srv.CloseClientConnections()
-		srv.Close()
-		g.Close()
-		bus.Close()
-		b.Close()
-		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
-	})
-	return &env{t: t, bus: bus, base: srv.URL, http: &http.Client{Transport: bearer{token}}}
+	return newGateway(t, broker.Config{}, gcfg)
 }
 
 // post sends a JSON-RPC body to the agent's endpoint and returns the
