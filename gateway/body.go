@@ -129,6 +129,8 @@ func scanBody(b []byte, maxDepth int) (bodyScan, error) {
 				if i, keyIsID, err = scanKey(b, i, &s, len(stack) == 1); err != nil {
 					return s, err
 				}
+			} else {
+				keyIsID = false // an array is no id, nor is what is in it
 			}
 			continue
 		case c == '"':
@@ -404,18 +406,37 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 		tooLarge(&http.MaxBytesError{Limit: maxBody})
 		return
 	}
+	// A request holds its weight of its client's share of the budget and
+	// of the whole: no client can hold the whole (one that stalls its
+	// bodies, or keeps streams open, waits on its own share).
+	share := g.clientOf(r.Context()).bodies
+	limit := min(share.size, g.bodies.size)
+	take := func(n int64) error {
+		if err := share.acquire(r.Context(), n); err != nil {
+			return err
+		}
+		if err := g.bodies.acquire(r.Context(), n); err != nil {
+			share.release(n)
+			return err
+		}
+		return nil
+	}
+	give := func(n int64) {
+		g.bodies.release(n)
+		share.release(n)
+	}
 	held := maxBody // a body of unknown length may be as large as that
 	if r.ContentLength >= 0 {
 		held = r.ContentLength
 	}
-	held = min(held, g.bodies.size)
-	if err := g.bodies.acquire(r.Context(), held); err != nil {
+	held = min(held, limit)
+	if err := take(held); err != nil {
 		w.Header().Set("Connection", "close")
 		_ = rc.SetReadDeadline(time.Now())
 		g.busy(w, nil, err)
 		return
 	}
-	defer func() { g.bodies.release(held) }()
+	defer func() { give(held) }()
 	// The body is read whole, within BodyTimeout, then the read deadline
 	// goes: a stream may last as long as its task.
 	_ = rc.SetReadDeadline(time.Now().Add(BodyTimeout))
@@ -426,7 +447,7 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = rc.SetReadDeadline(time.Time{})
 	if n := int64(len(body)); n < held {
-		g.bodies.release(held - n)
+		give(held - n)
 		held = n
 	}
 	scan, err := scanBody(body, MaxBodyDepth)
@@ -439,8 +460,8 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, scan.id, code, "the request body: "+err.Error())
 		return
 	}
-	if wt := min(scan.weight(len(body)), g.bodies.size); wt > held {
-		if err := g.bodies.acquire(r.Context(), wt-held); err != nil {
+	if wt := min(scan.weight(len(body)), limit); wt > held {
+		if err := take(wt - held); err != nil {
 			g.busy(w, scan.id, err)
 			return
 		}

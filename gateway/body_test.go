@@ -108,3 +108,21 @@ func FuzzBodyScan(f *testing.F) {
 		}
 	})
 }
+
+// TestScanBodyTakesOnlyAScalarIDAtTheTop: the error's id is the top
+// level's "id" when it is a string or a number, never what is inside an
+// array or object under that key, nor a member of the same name deeper.
+func TestScanBodyTakesOnlyAScalarIDAtTheTop(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"id":7,"x":1}`:                       `7`,
+		`{"id":"a","x":1}`:                     `"a"`,
+		`{"id":["injected"],"x":1}`:            ``,
+		`{"id":{"id":"injected"},"x":1}`:       ``,
+		`{"params":{"id":"injected"},"x":1}`:   ``,
+		`{"params":[{"id":"injected"}],"x":1}`: ``,
+	} {
+		s, err := scanBody([]byte(in), MaxBodyDepth)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, string(s.id), in)
+	}
+}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/gateway"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -56,9 +58,10 @@ func dataBody(id int, unit string, limit int) []byte {
 // ones.
 const bodyFactor = 48
 
-// serveAtOnce posts n copies of a body built by mk at once and returns
-// the answers and the peak growth of the heap.
-func serveAtOnce(t *testing.T, e *env, agent string, n int, mk func(i int) []byte) ([][]byte, uint64) {
+// serveAtOnce posts n copies of a body built by mk at once, the i-th with
+// tokens[i%len(tokens)], and returns the answers and the peak growth of
+// the heap.
+func serveAtOnce(t *testing.T, e *env, agent string, tokens []string, n int, mk func(i int) []byte) ([][]byte, uint64) {
 	bodies := make([][]byte, n)
 	for i := range bodies {
 		bodies[i] = mk(i)
@@ -71,7 +74,7 @@ func serveAtOnce(t *testing.T, e *env, agent string, n int, mk func(i int) []byt
 	out := make([][]byte, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { out[i] = e.post(agent, bodies[i]) })
+		wg.Go(func() { out[i] = e.postAs(tokens[i%len(tokens)], agent, bodies[i]) })
 	}
 	wg.Wait()
 	peak := stop()
@@ -82,11 +85,17 @@ func serveAtOnce(t *testing.T, e *env, agent string, n int, mk func(i int) []byt
 // them at once took 600 MiB) are refused before the SDK decodes them, and
 // the gateway's heap stays within its bound while they are served.
 func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
-	e := newEnvConfig(t, gateway.Config{})
+	// Four clients: each may hold a quarter of the budget, so together
+	// they fill it.
+	e := newClientsEnv(t, broker.Config{}, gateway.Config{})
+	var tokens []string
+	for i := range 4 {
+		tokens = append(tokens, e.issue(fmt.Sprint("client-", i)).Token)
+	}
 	d := e.delegate("chat-1", "scribe")
 	budget := int64(8 * wire.DefaultMaxMessageBytes) // the default
 	const n = 16
-	outs, grew := serveAtOnce(t, e, d.ID(), n, func(i int) []byte { return dataBody(i, "{}", wire.DefaultMaxMessageBytes) })
+	outs, grew := serveAtOnce(t, e.env, d.ID(), tokens, n, func(i int) []byte { return dataBody(i, "{}", wire.DefaultMaxMessageBytes) })
 	for _, out := range outs {
 		assert.Contains(t, string(out), `"code":-32600`)
 		assert.Contains(t, string(out), `"id":1`)
@@ -98,7 +107,7 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	// The densest body the scan lets through, [10,10,…], 960 KiB each (the
 	// broker's message limit leaves room for its envelope): served
 	// in the budget, 8 at a time.
-	outs, grew = serveAtOnce(t, e, d.ID(), n, func(i int) []byte { return dataBody(i, "10", wire.DefaultMaxMessageBytes-64<<10) })
+	outs, grew = serveAtOnce(t, e.env, d.ID(), tokens, n, func(i int) []byte { return dataBody(i, "10", wire.DefaultMaxMessageBytes-64<<10) })
 	served := 0
 	for _, out := range outs {
 		if strings.Contains(string(out), `"result"`) {

@@ -149,6 +149,9 @@ type clientState struct {
 	id string // "" for the default client
 	rt *runtime.Runtime
 	d  *runtime.Delegate
+	// bodies is the client's share of the gateway's budget of bodies in
+	// service (clientShare).
+	bodies *budget
 
 	// streams counts the client's open streams (mu of the gateway).
 	streams int
@@ -176,12 +179,12 @@ func (g *Gateway) agent(ctx context.Context) *runtime.Delegate { return g.client
 // cfg.Instance + "/" + id (both the broker's own, see
 // broker.Config.HiddenSessions).
 func (g *Gateway) join(ctx context.Context, cred *ClientCredential) (*clientState, error) {
+	if c := g.joined(cred.ClientID); c != nil {
+		return c, nil
+	}
 	g.joinMu.Lock()
 	defer g.joinMu.Unlock()
-	g.mu.Lock()
-	c, ok := g.clients[cred.ClientID]
-	g.mu.Unlock()
-	if ok {
+	if c := g.joined(cred.ClientID); c != nil {
 		return c, nil
 	}
 	if g.ctx.Err() != nil {
@@ -208,12 +211,53 @@ func (g *Gateway) join(ctx context.Context, cred *ClientCredential) (*clientStat
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register the client's agent: %w", err)
 	}
-	c = &clientState{id: cred.ClientID, rt: rt, d: d, done: make(chan struct{})}
+	c := &clientState{id: cred.ClientID, rt: rt, d: d, bodies: newBudget(g.clientShare()), done: make(chan struct{})}
+	g.testJoinPoint("before the insert")
+	// Revoked meanwhile: its agent goes, and it is not served.
+	if !g.cfg.Clients.current(cred) {
+		_ = rt.Close()
+		return nil, errRevoked
+	}
 	g.mu.Lock()
 	g.clients[cred.ClientID] = c
 	g.mu.Unlock()
 	go g.pump(c)
+	g.testJoinPoint("after the insert")
+	// A revoke between the check and the insert found nothing to drop.
+	if !g.cfg.Clients.current(cred) {
+		g.dropClient(cred.ClientID)
+		return nil, errRevoked
+	}
 	return c, nil
+}
+
+var errRevoked = errors.New("the client's credential was revoked")
+
+// testJoinPoint runs the test's hook at a point of join.
+func (g *Gateway) testJoinPoint(point string) {
+	if g.testJoinHook != nil {
+		g.testJoinHook(point)
+	}
+}
+
+// joined returns the client if it has joined; nil if not.
+func (g *Gateway) joined(id string) *clientState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.clients[id]
+}
+
+// clientShare is how much of the budget of bodies in service one client
+// may hold: a quarter, and at least one body of the largest size.
+func (g *Gateway) clientShare() int64 {
+	return max(g.bodies.size/4, min(g.cfg.MaxBodyBytes, g.bodies.size))
+}
+
+// current reports whether cred is issued and not revoked.
+func (c *Clients) current(cred *ClientCredential) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byID[cred.ClientID] == cred
 }
 
 // joinTimeout bounds the registration of a client's agent.
@@ -231,6 +275,9 @@ func (g *Gateway) dropClient(id string) {
 	}
 	_ = c.rt.Close()
 	<-c.done
+	// Its streams and waiting requests read their task again, through an
+	// agent that is gone: they end now, not at their next poll.
+	g.lagAll()
 }
 
 // DefaultMaxStreamsPerClient is Config.MaxStreamsPerClient's default.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,4 +254,44 @@ func TestStreamsPerClientAreBounded(t *testing.T) {
 	require.Error(t, err, "a third stream of the same client is refused")
 	assert.True(t, errors.Is(err, a2a.ErrInvalidRequest), "InvalidRequest: %v", err)
 	require.NoError(t, <-open(co, otherTask.ID), "another client's stream is served")
+}
+
+// TestARevokeDuringAJoinIsNotServed: a client revoked while its agent is
+// being registered (the gap between the token's lookup and the agent's
+// insert) is refused, and its agent departs.
+func TestARevokeDuringAJoinIsNotServed(t *testing.T) {
+	e := newClientsEnv(t, broker.Config{}, gateway.Config{})
+	d := e.delegate("chat-1", "scribe")
+	for _, at := range []string{"before the insert", "after the insert"} {
+		cred := e.issue("late")
+		c, err := gateway.JoinRevokedAt(e.g, cred.Token, at)
+		require.Error(t, err, at)
+		assert.Nil(t, c, at)
+		peers, err := d.Peers(ctxT(t))
+		require.NoError(t, err)
+		assert.Empty(t, peers, "%s: the revoked client's agent is gone (and was hidden)", at)
+		assert.Zero(t, gateway.Joined(e.g), at)
+	}
+}
+
+// TestOneClientCannotHoldTheWholeBodyBudget: a client whose requests hold
+// its share of the budget of bodies in service (here stalled bodies that
+// never finish) waits on its share; another client is served at once.
+func TestOneClientCannotHoldTheWholeBodyBudget(t *testing.T) {
+	e := newClientsEnv(t, broker.Config{}, gateway.Config{MaxBodyBytes: 64 << 10, MaxInFlightBytes: 256 << 10})
+	d := e.delegate("chat-1", "scribe")
+	hog, fair := e.issue("hog"), e.issue("fair")
+	// The hog's stalled bodies: headers that announce 64 KiB, then
+	// nothing, eight of them, twice its share.
+	for range 8 {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.base, "http://"))
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		_, err = fmt.Fprintf(conn, "POST /agents/%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", d.ID(), hog.Token, 64<<10)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return gateway.BodiesInService(e.g) >= 64<<10 }, 10*time.Second, time.Millisecond, "the hog holds its share")
+	c := e.clientAs(fair.Token, d.ID())
+	_, err := sendNow(t, c, "served beside the hog")
+	require.NoError(t, err, "another client is served while the hog holds its share")
 }

@@ -113,8 +113,10 @@ type Gateway struct {
 	transport transport.Client
 	def       *clientState // the default client (Config.Token), whose agent is d
 	joinMu    sync.Mutex
-	closeOnce sync.Once
-	closeErr  error
+	// testJoinHook, when set (tests), runs at points of join.
+	testJoinHook func(point string)
+	closeOnce    sync.Once
+	closeErr     error
 
 	mu      sync.Mutex
 	subs    map[string]map[*sub]struct{} // by task id
@@ -192,6 +194,7 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.rpc = a2asrv.NewJSONRPCHandler(g)
 	g.bodies = newBudget(cfg.MaxInFlightBytes)
+	g.def.bodies = newBudget(g.clientShare())
 	if cfg.Clients != nil {
 		cfg.Clients.mu.Lock()
 		cfg.Clients.revoked = g.dropClient

@@ -12,20 +12,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/a2a-bus/a2a-bus/broker"
-	"github.com/a2a-bus/a2a-bus/gateway"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// newEnvConfig is newEnvWith with the gateway's config.
-func newEnvConfig(t *testing.T, gcfg gateway.Config) *env {
-	return newGateway(t, broker.Config{}, gcfg)
-}
-
 // post sends a JSON-RPC body to the agent's endpoint and returns the
 // answer's body.
-func (e *env) post(agent string, body []byte) []byte {
-	resp, err := e.http.Post(e.base+"/agents/"+agent, "application/json", bytes.NewReader(body))
+func (e *env) post(agent string, body []byte) []byte { return e.postAs(token, agent, body) }
+
+// postAs is post with that bearer token.
+func (e *env) postAs(tok, agent string, body []byte) []byte {
+	resp, err := (&http.Client{Transport: bearer{tok}}).Post(e.base+"/agents/"+agent, "application/json", bytes.NewReader(body))
 	require.NoError(e.t, err)
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
