@@ -450,6 +450,9 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 		give(held - n)
 		held = n
 	}
+	// A message's data is never decoded (lift.go): the scan and the SDK
+	// see the rest.
+	body, lifted := liftData(body)
 	scan, err := scanBody(body, MaxBodyDepth)
 	if err != nil {
 		code := codeInvalidRequest
@@ -470,6 +473,9 @@ func (g *Gateway) serveRPC(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), agentKey{}, r.PathValue("agent"))
 	if scan.inexact {
 		ctx = withExact(ctx, body)
+	}
+	if lifted != nil {
+		ctx = withLifted(ctx, lifted)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	g.rpc.ServeHTTP(w, r.WithContext(ctx))

@@ -42,9 +42,18 @@ func heapPeak() (stop func() uint64) {
 // dataBody is a SendMessage whose data part is n copies of unit, as
 // large as fits limit bytes.
 func dataBody(id int, unit string, limit int) []byte {
+	return shapedBody(id, `"parts":[{"data":[`, `]}]}}}`, unit, limit)
+}
+
+// metaBody is a SendMessage whose message's metadata holds n copies of
+// unit, as large as fits limit bytes.
+func metaBody(id int, unit string, limit int) []byte {
+	return shapedBody(id, `"parts":[{"text":"see the metadata"}],"metadata":{"m":[`, `]}}}}`, unit, limit)
+}
+
+func shapedBody(id int, open, tail, unit string, limit int) []byte {
 	head := `{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"configuration":{"returnImmediately":true},"message":{"messageId":"m` +
-		strings.Repeat("x", 8) + string(rune('a'+id%26)) + string(rune('a'+id/26)) + `","role":"ROLE_USER","parts":[{"data":[`
-	tail := `]}]}}}`
+		strings.Repeat("x", 8) + string(rune('a'+id%26)) + string(rune('a'+id/26)) + `","role":"ROLE_USER",` + open
 	n := (limit - len(head) - len(tail) + 1) / (len(unit) + 1)
 	return []byte(head + strings.TrimSuffix(strings.Repeat(unit+",", n), ",") + tail)
 }
@@ -52,11 +61,14 @@ func dataBody(id int, unit string, limit int) []byte {
 // The bound the test holds the gateway to (docs/PROTOCOL.md §12, Limits;
 // docs/RELIABILITY.md): the heap grows by at most bodyFactor times the
 // gateway's budget of bodies in service (MaxInFlightBytes), plus what the
-// broker keeps of what it accepted. Measured with the broker in the same
-// process: about 32 for the densest body the scan lets through
-// ([10,10,…], through the SDK, the broker and back), 1.5–2 for refused
-// ones.
-const bodyFactor = 48
+// broker keeps of what it accepted. A message's data is never decoded
+// (lift.go), so whatever its shape it costs a few copies of its bytes on
+// its way through the gateway, the in-process broker and back; what the
+// SDK does decode (metadata, the envelope) is bounded by the scan.
+// Measured: 108–219 MiB for 8 MiB of bodies in service, the broker's
+// copies and the collector's lag included (its heap target grows with
+// the tasks the broker keeps).
+const bodyFactor = 32
 
 // serveAtOnce posts n copies of a body built by mk at once, the i-th with
 // tokens[i%len(tokens)], and returns the answers and the peak growth of
@@ -81,9 +93,12 @@ func serveAtOnce(t *testing.T, e *env, agent string, tokens []string, n int, mk 
 	return out, peak - min(peak, base)
 }
 
-// Bodies whose decoded form is some 40 times their size ([{},{},…]: 16 of
-// them at once took 600 MiB) are refused before the SDK decodes them, and
-// the gateway's heap stays within its bound while they are served.
+// Bodies whose decoded form would be some 40 times their size ([{},{},…]:
+// 16 of them at once took 600 MiB) are never decoded as a whole: in a
+// message's metadata, which the SDK decodes, they are refused before it
+// does; in a part's data, which the gateway hands on as it is, they are
+// served. Either way the gateway's heap stays within a small multiple of
+// the bodies in service, whatever their shape.
 func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	// Four clients: each may hold a quarter of the budget, so together
 	// they fill it.
@@ -95,30 +110,36 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	d := e.delegate("chat-1", "scribe")
 	budget := int64(8 * wire.DefaultMaxMessageBytes) // the default
 	const n = 16
-	outs, grew := serveAtOnce(t, e.env, d.ID(), tokens, n, func(i int) []byte { return dataBody(i, "{}", wire.DefaultMaxMessageBytes) })
+	outs, grew := serveAtOnce(t, e.env, d.ID(), tokens, n, func(i int) []byte { return metaBody(i, "{}", wire.DefaultMaxMessageBytes) })
 	for _, out := range outs {
 		assert.Contains(t, string(out), `"code":-32600`)
 		assert.Contains(t, string(out), `"id":1`)
 	}
 	// Refused after the scan, each holds little more than its bytes.
-	t.Logf("%d hostile 1 MiB bodies at once: the heap grew by %.1f MiB (bound %d MiB)", n, float64(grew)/(1<<20), 4*budget>>20)
+	t.Logf("%d hostile 1 MiB metadata bodies at once: the heap grew by %.1f MiB (bound %d MiB)", n, float64(grew)/(1<<20), 4*budget>>20)
 	assert.LessOrEqual(t, grew, uint64(4*budget), "the heap grew past its bound")
 
-	// The densest body the scan lets through, [10,10,…], 960 KiB each (the
-	// broker's message limit leaves room for its envelope): served
-	// in the budget, 8 at a time.
-	outs, grew = serveAtOnce(t, e.env, d.ID(), tokens, n, func(i int) []byte { return dataBody(i, "10", wire.DefaultMaxMessageBytes-64<<10) })
-	served := 0
-	for _, out := range outs {
-		if strings.Contains(string(out), `"result"`) {
-			served++
-			continue
-		}
-		// Slow (under -race): a request that waited BusyWait is refused.
-		assert.Contains(t, string(out), `"code":-32603,"message":"the gateway is busy`)
-	}
-	assert.GreaterOrEqual(t, served, n/2, "a budget's worth is served at once")
+	// Data of any shape, 960 KiB each (the broker's message limit leaves
+	// room for its envelope): served in the budget.
 	kept := uint64(n * wire.DefaultMaxMessageBytes) // the broker's memory store keeps each message
-	t.Logf("%d dense 960 KiB bodies at once: the heap grew by %.1f MiB (bound %d MiB + %d MiB the broker keeps)", n, float64(grew)/(1<<20), bodyFactor*budget>>20, kept>>20)
-	assert.LessOrEqual(t, grew, uint64(bodyFactor*budget)+kept, "the heap grew past its bound")
+	// The issue's shape, and the one that measured heaviest of [10,…],
+	// [0,…] and [{"a":0},…].
+	for round, unit := range []string{"{}", `{"a":0}`} {
+		outs, grew = serveAtOnce(t, e.env, d.ID(), tokens, n, func(i int) []byte {
+			return dataBody(i+n*(round+1), unit, wire.DefaultMaxMessageBytes-64<<10)
+		})
+		served := 0
+		for _, out := range outs {
+			if strings.Contains(string(out), `"result"`) {
+				served++
+				continue
+			}
+			// Slow (under -race): a request that waited BusyWait is refused.
+			assert.Contains(t, string(out), `"code":-32603,"message":"the gateway is busy`)
+		}
+		assert.GreaterOrEqual(t, served, n/2, "a budget's worth is served at once")
+		t.Logf("%d data parts [%s,…] of 960 KiB at once: %d served, the heap grew by %.1f MiB (bound %d MiB + %d MiB the broker keeps)",
+			n, unit, served, float64(grew)/(1<<20), bodyFactor*budget>>20, kept>>20)
+		assert.LessOrEqual(t, grew, uint64(bodyFactor*budget)+kept, "[%s,…]: the heap grew past its bound", unit)
+	}
 }

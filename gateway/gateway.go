@@ -656,6 +656,7 @@ func (g *Gateway) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*
 func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.Task, wire.TaskStatus, *sub, func(), error) {
 	agent := agentOf(ctx)
 	exactNumbers(ctx, req) // numbers.go
+	landData(ctx, req)     // lift.go
 	msg, err := FromMessage(req.Message)
 	if err != nil {
 		return nil, wire.TaskStatus{}, nil, nil, a2a.NewError(a2a.ErrInvalidParams, err.Error())

@@ -61,11 +61,12 @@ func Part(p *wire.Part) (*a2a.Part, error) {
 	case wire.KindText:
 		out.Content = a2a.Text(*p.Text)
 	case wire.KindData:
-		var v any
-		if err := unmarshalNumbers(p.Data, &v); err != nil {
-			return nil, fmt.Errorf("data part: %w", err)
+		// The broker's JSON as it is (json.RawMessage): no tree to build
+		// and encode again, and every number as written (lift.go).
+		if !json.Valid(p.Data) {
+			return nil, errors.New("data part: not JSON")
 		}
-		out.Content = a2a.Data{Value: v}
+		out.Content = a2a.Data{Value: json.RawMessage(p.Data)}
 	case wire.KindFile:
 		out.Filename, out.MediaType = p.File.Name, p.File.MimeType
 		if p.File.Bytes != nil {

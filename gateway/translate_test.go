@@ -48,7 +48,7 @@ func TestPartsMapBothWays(t *testing.T) {
 	}{
 		"text": {wire.TextPart("hi"), func(p *a2a.Part) { assert.Equal(t, a2a.Text("hi"), p.Content) }},
 		"data": {data, func(p *a2a.Part) {
-			assert.Equal(t, a2a.Data{Value: map[string]any{"seat": json.Number("2")}}, p.Content, "numbers as written")
+			assert.Equal(t, a2a.Data{Value: json.RawMessage(`{"seat":2}`)}, p.Content, "the broker's JSON as it is")
 			assert.Equal(t, map[string]any{"k": "v"}, p.Metadata)
 		}},
 		"file by bytes": {wire.FileBytesPart("a.txt", "text/plain", []byte("hello")), func(p *a2a.Part) {
