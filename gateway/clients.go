@@ -320,17 +320,20 @@ func (g *Gateway) abandon(c *clientState, id string) {
 	if g.ctx.Err() != nil {
 		return
 	}
+	due := time.Now().Add(g.cfg.AbandonAfter)
 	if a, ok := g.abandoned[id]; ok {
+		a.due = due
 		a.t.Reset(g.cfg.AbandonAfter)
 		return
 	}
-	g.abandoned[id] = &abandonClock{c: c, t: time.AfterFunc(g.cfg.AbandonAfter, func() { g.endAbandoned(c, id) })}
+	g.abandoned[id] = &abandonClock{c: c, due: due, t: time.AfterFunc(g.cfg.AbandonAfter, func() { g.endAbandoned(c, id) })}
 }
 
 // abandonClock is the clock of an abandoned task, and its client.
 type abandonClock struct {
-	t *time.Timer
-	c *clientState
+	t   *time.Timer
+	c   *clientState
+	due time.Time // put off by a read or a new wait: its timer comes again
 }
 
 // touch puts off the end of an abandoned task that its client reads.
@@ -338,6 +341,7 @@ func (g *Gateway) touch(id string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if a, ok := g.abandoned[id]; ok {
+		a.due = time.Now().Add(g.cfg.AbandonAfter)
 		a.t.Reset(g.cfg.AbandonAfter)
 	}
 }
@@ -347,6 +351,13 @@ func (g *Gateway) touch(id string) {
 func (g *Gateway) endAbandoned(c *clientState, id string) {
 	g.mu.Lock()
 	if g.ctx.Err() != nil {
+		g.mu.Unlock()
+		return
+	}
+	a, ok := g.abandoned[id]
+	if !ok || time.Now().Before(a.due) {
+		// Ended, or put off while this end waited for the lock: its
+		// timer comes again.
 		g.mu.Unlock()
 		return
 	}

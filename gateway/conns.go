@@ -21,6 +21,10 @@ const (
 	// a request that would authenticate one more gets 503 and its
 	// connection is closed.
 	MaxConnections = 256
+	// MaxConnectionsPerClient bounds the authenticated connections of one
+	// client (the default token's counting as one): no client can take
+	// the others' room.
+	MaxConnectionsPerClient = 64
 	// MaxUnauthenticated bounds the connections open at once on which no
 	// request has passed auth yet: a new one beyond closes the oldest.
 	// It is how long a client's fresh connection lasts under churn: as
@@ -50,15 +54,16 @@ const (
 // accept, a burst of connections accepted ahead of the server's reads
 // would close it before it was read.
 func LimitListener(ln net.Listener) net.Listener {
-	return &limitListener{Listener: ln, fresh: list.New()}
+	return &limitListener{Listener: ln, fresh: list.New(), byClient: map[string]int{}}
 }
 
 type limitListener struct {
 	net.Listener
 
-	mu    sync.Mutex
-	fresh *list.List // the unauthenticated *limitConn being read, oldest first
-	authd int        // authenticated connections open
+	mu       sync.Mutex
+	fresh    *list.List     // the unauthenticated *limitConn being read, oldest first
+	authd    int            // authenticated connections open
+	byClient map[string]int // of those, by client ("" the default one)
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -83,6 +88,7 @@ type limitConn struct {
 	elem    *list.Element // in l.fresh: unauthenticated, being read, open
 	timer   *time.Timer   // FirstRequestTimeout
 	authd   bool          // counted in l.authd
+	client  string        // the client it is counted for, once authd
 	dropped bool          // closed by the listener (evicted or expired)
 	closed  bool
 }
@@ -141,14 +147,14 @@ func (c *limitConn) expire() {
 
 // authenticate counts c as authenticated; false if it cannot be (too
 // many are, or the listener closed it).
-func (c *limitConn) authenticate() bool {
+func (c *limitConn) authenticate(client string) bool {
 	l := c.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case c.authd:
 		return true
-	case c.dropped, c.closed, l.authd >= MaxConnections:
+	case c.dropped, c.closed, l.authd >= MaxConnections, l.byClient[client] >= MaxConnectionsPerClient:
 		return false
 	}
 	if c.elem != nil {
@@ -156,8 +162,9 @@ func (c *limitConn) authenticate() bool {
 		c.elem = nil
 	}
 	c.timer.Stop()
-	c.authd = true
+	c.authd, c.client = true, client
 	l.authd++
+	l.byClient[client]++
 	return true
 }
 
@@ -177,6 +184,9 @@ func (c *limitConn) Close() error {
 	c.timer.Stop()
 	if c.authd {
 		l.authd--
+		if l.byClient[c.client]--; l.byClient[c.client] <= 0 {
+			delete(l.byClient, c.client)
+		}
 	}
 	return err
 }
@@ -195,11 +205,13 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 
 // markAuthenticated is what auth does for a request that passed it: its
 // connection is authenticated from now on. False if the connection cannot
-// be (MaxConnections are), with the answer written: 503, and the
-// connection closed. A request not served through LimitListener passes.
-func markAuthenticated(w http.ResponseWriter, r *http.Request) bool {
+// be (MaxConnections are, or MaxConnectionsPerClient of the client's),
+// with the answer written: 503, and the connection closed. A request not
+// served through LimitListener passes. client is the request's client
+// ("" the default one).
+func markAuthenticated(w http.ResponseWriter, r *http.Request, client string) bool {
 	c, _ := r.Context().Value(connKey{}).(*limitConn)
-	if c == nil || c.authenticate() {
+	if c == nil || c.authenticate(client) {
 		return true
 	}
 	w.Header().Set("Connection", "close")

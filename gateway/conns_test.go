@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,7 +26,7 @@ import (
 // serveGateway serves a gateway as a2a-bus serve does (Server on a
 // LimitListener, real TCP on loopback) and returns its base URL. When the
 // test ends everything is closed, and no goroutine it started is left.
-func serveGateway(t *testing.T) string {
+func serveGateway(t *testing.T) (string, *gateway.Clients) {
 	before := goleak.IgnoreCurrent()
 	t.Cleanup(func() {
 		// A connection the server closes after an unread body sleeps
@@ -39,12 +40,14 @@ func serveGateway(t *testing.T) string {
 		t.Errorf("goroutines left after Close: %v", err)
 	})
 	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(context.Background(), bus, broker.Config{HiddenSessions: []string{gateway.DefaultSession}})
+	clients := gateway.NewClients()
+	b, err := broker.New(context.Background(), bus, broker.Config{HiddenSessions: []string{gateway.DefaultSession},
+		OwnedInstances: []string{"gw-instance"}, HostMethods: clients.HostMethods()})
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	base := "http://" + ln.Addr().String()
-	g, err := gateway.New(ctxT(t), bus, gateway.Config{Token: token, BaseURL: base, Version: "test"})
+	g, err := gateway.New(ctxT(t), bus, gateway.Config{Token: token, BaseURL: base, Version: "test", Clients: clients, Instance: "gw-instance"})
 	require.NoError(t, err)
 	srv := g.Server()
 	served := make(chan struct{})
@@ -61,7 +64,7 @@ func serveGateway(t *testing.T) string {
 		bus.Close()
 		b.Close()
 	})
-	return base
+	return base, clients
 }
 
 // listAgents is one GET /agents with the token, on a connection of its
@@ -120,7 +123,7 @@ func closedByServer(c net.Conn, deadline time.Time) bool {
 // 256, the rest waited in the kernel's queue). They are bounded apart
 // now, and closed fast.
 func TestIdleStrangersDoNotStarveAClientWithTheToken(t *testing.T) {
-	base := serveGateway(t)
+	base, _ := serveGateway(t)
 	const held = 300
 	conns := make([]net.Conn, 0, held)
 	t.Cleanup(func() {
@@ -155,7 +158,7 @@ func TestIdleStrangersDoNotStarveAClientWithTheToken(t *testing.T) {
 // waiting 68.8 s. Now each request with the token, each on a fresh
 // connection, is served while they churn.
 func TestChurningStrangersDoNotStarveAClientWithTheToken(t *testing.T) {
-	base := serveGateway(t)
+	base, _ := serveGateway(t)
 	const (
 		churners = 300 // more than the 256 connections a listener once held
 		total    = 2000
@@ -237,17 +240,25 @@ func TestAuthenticatedConnectionsAreBoundedApart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens 257 connections")
 	}
-	base := serveGateway(t)
+	base, clients := serveGateway(t)
+	// Three issued clients and the default one, MaxConnectionsPerClient
+	// connections each, fill MaxConnections.
+	var tokens []string
+	for i := range gateway.MaxConnections/gateway.MaxConnectionsPerClient - 1 {
+		cred, err := clients.Issue(fmt.Sprint("client-", i))
+		require.NoError(t, err)
+		tokens = append(tokens, cred.Token)
+	}
 	var conns []net.Conn
 	t.Cleanup(func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	})
-	get := func(c net.Conn) int {
+	getAs := func(tok string, c net.Conn) int {
 		t.Helper()
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-		_, err := io.WriteString(c, "GET /agents HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer "+token+"\r\n\r\n")
+		_, err := io.WriteString(c, "GET /agents HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer "+tok+"\r\n\r\n")
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		require.NoError(t, err)
@@ -255,6 +266,7 @@ func TestAuthenticatedConnectionsAreBoundedApart(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
+	get := func(c net.Conn) int { return getAs(token, c) }
 	dial := func() net.Conn {
 		t.Helper()
 		c, err := net.Dial("tcp", base[len("http://"):])
@@ -262,8 +274,18 @@ func TestAuthenticatedConnectionsAreBoundedApart(t *testing.T) {
 		conns = append(conns, c)
 		return c
 	}
-	for range gateway.MaxConnections {
+	// The default client first: one more than its own bound is refused
+	// while there is room for others, and the others are served.
+	for range gateway.MaxConnectionsPerClient {
 		require.Equal(t, http.StatusOK, get(dial()))
+	}
+	over := dial()
+	assert.Equal(t, http.StatusServiceUnavailable, get(over), "one connection more than the client's bound")
+	assert.True(t, closedByServer(over, time.Now().Add(2*time.Second)), "and it is closed")
+	for _, tok := range tokens {
+		for range gateway.MaxConnectionsPerClient {
+			require.Equal(t, http.StatusOK, getAs(tok, dial()), "another client is served")
+		}
 	}
 	for range gateway.MaxUnauthenticated + 10 {
 		c, err := stranger(base, 1)

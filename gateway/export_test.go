@@ -28,6 +28,7 @@ func ExpireAbandoned(g *Gateway) {
 	var due []func()
 	for id, a := range g.abandoned {
 		if a.t.Stop() {
+			a.due = time.Time{}
 			due = append(due, func() { g.endAbandoned(a.c, id) })
 		}
 	}

@@ -452,7 +452,11 @@ func (g *Gateway) auth(next http.Handler) http.Handler {
 			http.Error(w, "a bearer token is required: a2aToken in the broker's connection file, or a client's", http.StatusUnauthorized)
 			return
 		}
-		if !markAuthenticated(w, r) {
+		client := ""
+		if cred != nil {
+			client = cred.ClientID
+		}
+		if !markAuthenticated(w, r, client) {
 			return
 		}
 		if cred != nil {
