@@ -1,30 +1,23 @@
 package e2e_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
-	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/gateway"
-	"github.com/a2a-bus/a2a-bus/internal/testbin"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -208,48 +201,8 @@ func TestTheGatewayServesAgainAfterItsConnectionIsCut(t *testing.T) {
 // lines after the connection file's path.
 func startSidecarLogged(t *testing.T, level string, args ...string) (*sidecar, *syncBuffer) {
 	t.Helper()
-	bin := os.Getenv("E2E_BROKER_BINARY")
-	if bin == "" {
-		bin = testbin.A2ABus(t)
-	}
-	dir := t.TempDir()
-	cmd := exec.Command(bin, append([]string{"serve", "--connection-file", filepath.Join(dir, "run", "connection.json"),
-		"--data-dir", filepath.Join(dir, "data"), "--log-level", level}, args...)...)
-	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+dir, "XDG_STATE_HOME="+dir, "HOME="+dir)
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	s := &sidecar{t: t, cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
-	r := bufio.NewReader(stderr)
-	first, err := r.ReadString('\n')
-	require.NoError(t, err, "the connection file's path on stderr")
 	logs := &syncBuffer{}
-	go func() {
-		io.Copy(logs, r)
-		cmd.Wait()
-		close(s.done)
-	}()
-	t.Cleanup(func() {
-		if s.host != nil {
-			s.host.Close()
-		}
-		cmd.Process.Signal(syscall.SIGKILL)
-		<-s.done
-	})
-	s.connFile = strings.TrimSpace(first)
-	data, err := os.ReadFile(s.connFile)
-	require.NoError(t, err)
-	var info struct {
-		URL      string
-		Token    string
-		A2AURL   string `json:"a2aUrl"`
-		A2AToken string `json:"a2aToken"`
-	}
-	require.NoError(t, json.Unmarshal(data, &info))
-	s.url, s.a2aURL, s.a2aToken = info.URL, info.A2AURL, info.A2AToken
-	s.host, err = nats.Connect(info.URL, nats.Token(info.Token))
-	require.NoError(t, err)
-	return s, logs
+	return startServe(t, level, logs, args...), logs
 }
 
 // getTask reads a task through the gateway with a plain JSON-RPC POST and

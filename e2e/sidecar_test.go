@@ -42,13 +42,24 @@ type sidecar struct {
 
 func startSidecar(t *testing.T, args ...string) *sidecar {
 	t.Helper()
+	var logs io.Writer = io.Discard
+	if os.Getenv("E2E_BROKER_LOG") != "" {
+		logs = os.Stderr
+	}
+	return startServe(t, logLevel(), logs, args...)
+}
+
+// startServe starts a2a-bus serve at that log level, with its log after
+// the connection file's path going to logs, and joins it as the host.
+func startServe(t *testing.T, level string, logs io.Writer, args ...string) *sidecar {
+	t.Helper()
 	bin := os.Getenv("E2E_BROKER_BINARY")
 	if bin == "" {
 		bin = testbin.A2ABus(t)
 	}
 	dir := t.TempDir()
 	cmd := exec.Command(bin, append([]string{"serve", "--connection-file", filepath.Join(dir, "run", "connection.json"),
-		"--data-dir", filepath.Join(dir, "data"), "--log-level", logLevel()}, args...)...)
+		"--data-dir", filepath.Join(dir, "data"), "--log-level", level}, args...)...)
 	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+dir, "XDG_STATE_HOME="+dir, "HOME="+dir)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
@@ -58,11 +69,7 @@ func startSidecar(t *testing.T, args ...string) *sidecar {
 	first, err := r.ReadString('\n')
 	require.NoError(t, err, "the connection file's path on stderr")
 	go func() {
-		out := io.Discard
-		if os.Getenv("E2E_BROKER_LOG") != "" {
-			out = os.Stderr
-		}
-		io.Copy(out, r)
+		io.Copy(logs, r)
 		cmd.Wait()
 		close(s.done)
 	}()
