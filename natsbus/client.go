@@ -141,6 +141,13 @@ type Client struct {
 	goneOnce sync.Once
 	rmu      sync.RWMutex
 	routes   map[*nats.Subscription]*fanout.Sub
+	// With a host credential, past ownSubscriptions sessions' events
+	// come by one wildcard subscription (wild), routed by subject
+	// (byEvents), so that any number of sessions get their events
+	// within the server's cap on subscriptions per connection.
+	wild     *nats.Subscription
+	wildMu   sync.Mutex // held while wild is made
+	byEvents map[string]map[*fanout.Sub]struct{}
 	wg       sync.WaitGroup // the dispatcher
 
 	muxOnce sync.Once
@@ -151,6 +158,78 @@ type Client struct {
 // inboxSize is how many notifications wait for the dispatcher; past it,
 // nats.go drops them (a seq gap the runtime replays).
 const inboxSize = 1 << 16
+
+// ownSubscriptions is how many sessions of a client with a host
+// credential subscribe on subscriptions of their own; the others' events
+// come by the wildcard (see Client.wild). Well within the server's 4,096
+// subscriptions per connection, and high enough that a desktop host's
+// sessions, and the gateway's, never pay for the others' events.
+const ownSubscriptions = 1024
+
+// wildcard reports whether this session subscription should go by the
+// wildcard: the client has a host credential and ownSubscriptions
+// sessions subscribed on their own. rmu is not held.
+func (c *Client) wildcard() bool {
+	if c.cfg.Token == "" {
+		return false
+	}
+	c.rmu.RLock()
+	defer c.rmu.RUnlock()
+	return len(c.routes) >= ownSubscriptions
+}
+
+// ensureWild makes the wildcard subscription to every session's events,
+// once, and waits until the server has it.
+func (c *Client) ensureWild(ctx context.Context) error {
+	c.wildMu.Lock()
+	defer c.wildMu.Unlock()
+	c.rmu.RLock()
+	ok := c.wild != nil && c.wild.IsValid()
+	c.rmu.RUnlock()
+	if ok {
+		return nil
+	}
+	ns, err := c.nc.ChanSubscribe(EventsPrefix+"*"+EventsSuffix, c.inbox)
+	if err != nil {
+		return fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, flushTimeout)
+		defer cancel()
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		_ = ns.Unsubscribe()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+	}
+	c.rmu.Lock()
+	c.wild = ns
+	c.rmu.Unlock()
+	return nil
+}
+
+// routeEvents adds sub to (or, with add false, removes it from) what the
+// wildcard brings for subject.
+func (c *Client) routeEvents(subject string, sub *fanout.Sub, add bool) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	subs := c.byEvents[subject]
+	if add {
+		if subs == nil {
+			subs = map[*fanout.Sub]struct{}{}
+			c.byEvents[subject] = subs
+		}
+		subs[sub] = struct{}{}
+		return
+	}
+	delete(subs, sub)
+	if len(subs) == 0 {
+		delete(c.byEvents, subject)
+	}
+}
 
 func (c *Client) route(ns *nats.Subscription, sub *fanout.Sub) {
 	c.rmu.Lock()
@@ -168,9 +247,20 @@ func (c *Client) dispatch() {
 		select {
 		case m := <-c.inbox:
 			c.rmu.RLock()
-			sub := c.routes[m.Sub]
+			if m.Sub != c.wild || c.wild == nil {
+				sub := c.routes[m.Sub]
+				c.rmu.RUnlock()
+				if sub != nil {
+					sub.Deliver(m.Data)
+				}
+				continue
+			}
+			var subs []*fanout.Sub
+			for sub := range c.byEvents[m.Subject] {
+				subs = append(subs, sub)
+			}
 			c.rmu.RUnlock()
-			if sub != nil {
+			for _, sub := range subs {
 				sub.Deliver(m.Data)
 			}
 		case <-c.ctx.Done():
@@ -193,7 +283,8 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{},
-		inbox: make(chan *nats.Msg, inboxSize), routes: map[*nats.Subscription]*fanout.Sub{}, gone: make(chan struct{})}
+		inbox: make(chan *nats.Msg, inboxSize), routes: map[*nats.Subscription]*fanout.Sub{},
+		byEvents: map[string]map[*fanout.Sub]struct{}{}, gone: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.link, c.linkDown = context.WithCancel(c.ctx)
 	opts := []nats.Option{
@@ -512,8 +603,25 @@ func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error)
 	if s.ctx.Err() != nil {
 		return nil, transport.ErrClosed
 	}
-	var ns *nats.Subscription
+	if s.subs == nil {
+		s.subs = map[*fanout.Sub]*nats.Subscription{}
+	}
 	var sub *fanout.Sub
+	if s.c.wildcard() {
+		if err := s.c.ensureWild(ctx); err != nil {
+			return nil, err
+		}
+		sub = fanout.NewSub(s.c.cfg.Buffer, func() {
+			s.mu.Lock()
+			delete(s.subs, sub)
+			s.mu.Unlock()
+			s.c.routeEvents(s.events, sub, false)
+		})
+		s.c.routeEvents(s.events, sub, true)
+		s.subs[sub] = nil // no subscription of its own
+		return sub, nil
+	}
+	var ns *nats.Subscription
 	sub = fanout.NewSub(s.c.cfg.Buffer, func() {
 		s.mu.Lock()
 		delete(s.subs, sub)
@@ -543,9 +651,6 @@ func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error)
 		}
 		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
 	}
-	if s.subs == nil {
-		s.subs = map[*fanout.Sub]*nats.Subscription{}
-	}
 	s.subs[sub] = ns
 	return sub, nil
 }
@@ -569,8 +674,12 @@ func (s *session) endSubscriptions() {
 	s.subs = nil
 	s.mu.Unlock()
 	for sub, ns := range subs {
-		s.c.route(ns, nil)
-		_ = ns.Unsubscribe()
+		if ns == nil {
+			s.c.routeEvents(s.events, sub, false)
+		} else {
+			s.c.route(ns, nil)
+			_ = ns.Unsubscribe()
+		}
 		sub.End()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -361,4 +362,60 @@ func TestOneStalledSessionDoesNotCutItsClientsConnection(t *testing.T) {
 	require.Eventually(t, func() bool { return stalled.Dropped() > 0 }, 10*time.Second, time.Millisecond)
 	assert.Zero(t, c.nc.Stats().Reconnects, "the client's connection was never cut")
 	assert.True(t, c.nc.IsConnected())
+}
+
+// TestManySessionsOnOneHostConnection: a host holds more sessions on its
+// one connection than the server lets a connection subscribe (4,096).
+// Every session gets its events: past ownSubscriptions they come by one
+// wildcard subscription. (Before, the sessions past the server's cap got
+// none, and the host was not told.) A session that ends its
+// subscription gets no more, and one that subscribes again does.
+func TestManySessionsOnOneHostConnection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5,000 sessions")
+	}
+	b, err := New(Config{CloseGrace: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	c, err := b.Connect(ClientConfig{Buffer: 4})
+	require.NoError(t, err)
+	const n = 5000
+	subs := make([]transport.Subscription, n)
+	for i := range subs {
+		s, err := c.Session(testCtx(t), fmt.Sprint("chat-", i))
+		require.NoError(t, err)
+		subs[i], err = s.Subscribe(testCtx(t))
+		require.NoError(t, err, "session %d", i)
+	}
+	require.Less(t, len(c.routes), 4096, "within the server's cap")
+	for i := range subs {
+		require.NoError(t, b.Publish(fmt.Sprint("chat-", i), []byte(fmt.Sprintf(`{"n":%d}`, i))))
+	}
+	for i, sub := range subs {
+		select {
+		case got := <-sub.C():
+			require.Equal(t, fmt.Sprintf(`{"n":%d}`, i), string(got), "session %d gets its own event", i)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("session %d never got its event", i)
+		}
+	}
+
+	last := subs[n-1]
+	require.NoError(t, last.Close())
+	s, err := c.Session(testCtx(t), fmt.Sprint("chat-", n-1))
+	require.NoError(t, err)
+	again, err := s.Subscribe(testCtx(t))
+	require.NoError(t, err)
+	require.NoError(t, b.Publish(fmt.Sprint("chat-", n-1), []byte(`{"again":true}`)))
+	select {
+	case got := <-again.C():
+		assert.Equal(t, `{"again":true}`, string(got))
+	case <-time.After(10 * time.Second):
+		t.Fatal("a session that subscribed again never got its event")
+	}
+	select {
+	case got, ok := <-last.C():
+		assert.False(t, ok, "an ended subscription gets nothing more: %s", got)
+	default:
+	}
 }
