@@ -4,6 +4,7 @@ package host_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -68,6 +69,29 @@ func signal(t *testing.T, pid int, sig syscall.Signal) {
 	// group, this test's among it.
 	require.Positive(t, pid, "a broker's pid to signal %v", sig)
 	require.NoError(t, syscall.Kill(pid, sig), "signal %v to %d", sig, pid)
+	if sig == syscall.SIGSTOP {
+		stopped(t, pid)
+	}
+}
+
+// stopped waits until the process is stopped: kill returns before every
+// thread of it has stopped, and on a loaded machine a request sent at
+// once may still be answered (a call on the "stopped" sidecar came back
+// with no error). Where /proc cannot tell (not Linux), it returns.
+func stopped(t *testing.T, pid int) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		i := bytes.LastIndexByte(stat, ')')
+		if i >= 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't') {
+			return
+		}
+		require.True(t, time.Now().Before(end), "process %d never stopped", pid)
+	}
 }
 
 // untilServed waits until the host talks to a broker that is not old
