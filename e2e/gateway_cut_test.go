@@ -114,16 +114,21 @@ func (g *gatewayScene) ends(t *testing.T, id string, streamed <-chan a2a.TaskSta
 }
 
 // flood reads the big task n times at once through the gateway, and
-// returns how the reads went.
-func (g *gatewayScene) flood(t *testing.T, n int) map[string]int {
+// returns how the reads went. underWay, if not nil, is closed when the
+// first read is answered: the others are then in the gateway's hands.
+func (g *gatewayScene) flood(t *testing.T, n int, underWay chan<- struct{}) map[string]int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a loaded machine's share
 	defer cancel()
 	statuses := map[string]int{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	var first sync.Once
 	for range n {
 		wg.Go(func() {
 			st := getTask(ctx, g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), g.big)
+			if underWay != nil {
+				first.Do(func() { close(underWay) })
+			}
 			mu.Lock()
 			statuses[st]++
 			mu.Unlock()
@@ -146,7 +151,7 @@ func TestAFloodOfBigReadsThroughTheGatewayIsServed(t *testing.T) {
 	small := g.start(t, "and a note")
 	streamed := g.stream(t, small)
 	began := time.Now()
-	statuses := g.flood(t, 50)
+	statuses := g.flood(t, 50, nil)
 	t.Logf("50 reads of 6.3 MB in %v: %v", time.Since(began).Round(time.Millisecond), statuses)
 	assert.Equal(t, map[string]int{"ok": 50}, statuses, "every read is answered with the task")
 	g.ends(t, small, streamed)
@@ -179,19 +184,30 @@ func TestTheGatewayServesAgainAfterItsConnectionIsCut(t *testing.T) {
 	}
 	cutAt := time.Now()
 
-	// Within seconds, the gateway answers again.
-	var last string
-	for {
-		if last = getTask(gwCtx(t), g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), small); last == "ok" {
-			break
-		}
-		require.Less(t, time.Since(cutAt), 10*time.Second, "the gateway still answers %q", last)
-		time.Sleep(50 * time.Millisecond)
-	}
+	g.answersAgain(t, small, cutAt)
 	t.Logf("the gateway answered again %v after the flood", time.Since(cutAt).Round(time.Millisecond))
 	assert.Contains(t, g.logs.String(), "nats: the connection was cut; reconnecting", "the flood cut the gateway's connection")
 	assert.Equal(t, "ok", getTask(gwCtx(t), g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), g.big), "the big task reads again too")
 	g.ends(t, small, streamed)
+	g.logCuts(t)
+}
+
+// answersAgain waits until the gateway answers a read of the task again,
+// within 10 s of since.
+func (g *gatewayScene) answersAgain(t *testing.T, id string, since time.Time) {
+	t.Helper()
+	var last string
+	for {
+		if last = getTask(gwCtx(t), g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), id); last == "ok" {
+			return
+		}
+		require.Less(t, time.Since(since), 10*time.Second, "the gateway still answers %q", last)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logCuts logs serve's lines about its connections being cut.
+func (g *gatewayScene) logCuts(t *testing.T) {
 	for _, line := range strings.Split(g.logs.String(), "\n") {
 		if strings.Contains(line, "nats:") || strings.Contains(line, "Slow Consumer") {
 			t.Log(line)

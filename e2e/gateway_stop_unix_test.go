@@ -3,7 +3,6 @@
 package e2e_test
 
 import (
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,27 +26,16 @@ func TestTheGatewayGoesOnAfterServeIsStopped(t *testing.T) {
 	small := g.start(t, "and a note")
 	streamed := g.stream(t, small)
 	flooded := make(chan map[string]int, 1)
-	go func() { flooded <- g.flood(t, 50) }()
-	time.Sleep(100 * time.Millisecond)
+	underWay := make(chan struct{})
+	go func() { flooded <- g.flood(t, 50, underWay) }()
+	<-underWay
 	require.NoError(t, g.s.cmd.Process.Signal(syscall.SIGSTOP))
 	time.Sleep(15 * time.Second)
 	require.NoError(t, g.s.cmd.Process.Signal(syscall.SIGCONT))
 	continued := time.Now()
 	assert.Equal(t, map[string]int{"ok": 50}, <-flooded, "the reads under way across the stop are answered")
 	t.Logf("the reads were all answered %v after the continue", time.Since(continued).Round(time.Millisecond))
-	began := time.Now()
-	var last string
-	for {
-		if last = getTask(gwCtx(t), g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), small); last == "ok" {
-			break
-		}
-		require.Less(t, time.Since(began), 10*time.Second, "the gateway still answers %q", last)
-		time.Sleep(50 * time.Millisecond)
-	}
+	g.answersAgain(t, small, time.Now())
 	g.ends(t, small, streamed)
-	for _, line := range strings.Split(g.logs.String(), "\n") {
-		if strings.Contains(line, "nats:") || strings.Contains(line, "Slow Consumer") {
-			t.Log(line)
-		}
-	}
+	g.logCuts(t)
 }

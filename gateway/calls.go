@@ -86,7 +86,7 @@ func (g *Gateway) task(ctx context.Context, id string) (t *wire.Task, err error)
 // peers reads the live agents' cards (read).
 func (g *Gateway) peers(ctx context.Context) (cards []wire.AgentCard, err error) {
 	err = g.read(ctx, func() error {
-		cards, err = g.d.Peers(ctx)
+		cards, err = g.def.d.Peers(ctx)
 		return err
 	})
 	return cards, err

@@ -101,8 +101,6 @@ type Config struct {
 type Gateway struct {
 	cfg Config
 	log *slog.Logger
-	rt  *runtime.Runtime
-	d   *runtime.Delegate
 	rpc http.Handler
 
 	ctx    context.Context
@@ -111,7 +109,7 @@ type Gateway struct {
 	bodies *budget       // the bodies of the requests in service (serveRPC)
 
 	transport transport.Client
-	def       *clientState // the default client (Config.Token), whose agent is d
+	def       *clientState // the default client (Config.Token): the gateway's own agent
 	joinMu    sync.Mutex
 	// testJoinHook, when set (tests), runs at points of join.
 	testJoinHook func(point string)
@@ -188,7 +186,7 @@ func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, er
 		rt.Close()
 		return nil, fmt.Errorf("gateway: register: %w", err)
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, transport: client, rt: rt, d: d, slots: make(chan struct{}, cfg.MaxCalls),
+	g := &Gateway{cfg: cfg, log: cfg.Logger, transport: client, slots: make(chan struct{}, cfg.MaxCalls),
 		subs: map[string]map[*sub]struct{}{}, pending: map[*pending]struct{}{}, clients: map[string]*clientState{}, abandoned: map[string]*abandonClock{}}
 	g.def = &clientState{rt: rt, d: d, done: make(chan struct{})}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
@@ -226,7 +224,7 @@ func (g *Gateway) Close() error {
 		g.mu.Unlock()
 		g.joinMu.Unlock()
 		<-g.def.done
-		g.closeErr = g.rt.Leave()
+		g.closeErr = g.def.rt.Leave()
 		for _, c := range clients {
 			<-c.done
 			_ = c.rt.Leave()
@@ -502,7 +500,7 @@ func (g *Gateway) serveAgents(w http.ResponseWriter, r *http.Request) {
 // that one card (a2a.agents.list narrowed by agentId), not the list.
 func (g *Gateway) peer(ctx context.Context, id string) (c *wire.AgentCard, err error) {
 	err = g.read(ctx, func() error {
-		c, err = g.d.Peer(ctx, id)
+		c, err = g.def.d.Peer(ctx, id)
 		return err
 	})
 	return c, err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -133,6 +134,8 @@ type Client struct {
 	// closing, when set (tests), runs in Close once closed is set and
 	// before anything ends.
 	closing func()
+	// relinkWaiters counts the calls waiting for the link (for tests).
+	relinkWaiters atomic.Int32
 
 	// inbox receives the notifications of every subscription; the
 	// dispatcher hands each to the subscription it came by.
@@ -404,6 +407,8 @@ func (c *Client) currentLink(ctx, scope context.Context) (context.Context, error
 	}
 	wait := time.NewTimer(patience)
 	defer wait.Stop()
+	c.relinkWaiters.Add(1)
+	defer c.relinkWaiters.Add(-1)
 	select {
 	case <-relinked:
 	case <-scope.Done():

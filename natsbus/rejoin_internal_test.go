@@ -132,7 +132,7 @@ func TestAnInProcessClientRejoinsAfterTheServerCutsIt(t *testing.T) {
 		_, err := worker.Peers(testCtx(t))
 		answered <- err
 	}()
-	time.Sleep(100 * time.Millisecond) // the call is waiting (or not yet made: it waits all the same)
+	require.Eventually(t, func() bool { return cutOff.relinkWaiters.Load() == 1 }, 10*time.Second, time.Millisecond, "the call waits for the link")
 	select {
 	case ev := <-woke:
 		t.Fatalf("the worker woke while its connection was down: %+v", ev)
