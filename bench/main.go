@@ -25,7 +25,6 @@ import (
 
 	"github.com/a2a-bus/a2a-bus/broker/brokertest"
 	"github.com/a2a-bus/a2a-bus/store"
-	"github.com/a2a-bus/a2a-bus/store/boltstore"
 	"github.com/a2a-bus/a2a-bus/store/pebblestore"
 	"github.com/a2a-bus/a2a-bus/store/storetest"
 	"github.com/a2a-bus/a2a-bus/transport/bustest"
@@ -321,43 +320,32 @@ func (r *runner) agentsList() {
 	}
 }
 
-// stores: task creation on each store, with one and with 64 concurrent
-// senders, beside the disk's limit (one append and one sync of a task's
-// bytes) and the memory store.
+// stores: task creation on the durable store, with one and with 64
+// concurrent senders, beside the disk's limit (one append and one sync of
+// a task's bytes) and the memory store.
 func (r *runner) stores() {
 	limit := r.run("disk", "limit: append + fdatasync of one task's bytes", benchAppendSync)
 	r.add(limit)
-	durable := []struct {
-		name string
-		open func(dir string) (store.Tasks, error)
-	}{
-		{"pebble (the store)", func(dir string) (store.Tasks, error) { return pebblestore.Open(dir, pebblestore.Options{}) }},
-		{"bbolt (the earlier store)", func(dir string) (store.Tasks, error) { return boltstore.Open(dir, boltstore.Options{}) }},
-	}
 	for _, senders := range []int{1, 64} {
 		mem := r.run("store", fmt.Sprintf("create, memory, %d senders", senders), func(b *testing.B) {
 			storetest.BenchmarkCreate(b, func(*testing.B) store.Tasks { return store.NewMemory() }, senders)
 		})
 		r.add(mem)
-		for i, d := range durable {
-			res := r.run("store", fmt.Sprintf("create, %s, %d senders", d.name, senders), func(b *testing.B) {
-				storetest.BenchmarkCreate(b, func(b *testing.B) store.Tasks {
-					s, err := d.open(b.TempDir())
-					if err != nil {
-						b.Fatal(err)
-					}
-					return s
-				}, senders)
-			})
-			// The targets are the store's (the first); the earlier one
-			// only stands beside it.
-			if senders == 1 {
-				res.compare(limit, latency, map[bool]float64{true: 1.5}[i == 0])
-			} else {
-				res.compare(mem, throughput, map[bool]float64{true: 0.3}[i == 0])
-			}
-			r.add(res)
+		res := r.run("store", fmt.Sprintf("create, pebble (the store), %d senders", senders), func(b *testing.B) {
+			storetest.BenchmarkCreate(b, func(b *testing.B) store.Tasks {
+				s, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				return s
+			}, senders)
+		})
+		if senders == 1 {
+			res.compare(limit, latency, 1.5)
+		} else {
+			res.compare(mem, throughput, 0.3)
 		}
+		r.add(res)
 	}
 	r.registrations(limit)
 }
