@@ -1,7 +1,6 @@
 package pebblestore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -67,7 +66,7 @@ func migrate(dir string, opts Options) error {
 
 // copyTasks writes every task of src, with its indexes, into db, in
 // synced batches of bounded size.
-func copyTasks(src store.Tasks, db *pebble.DB) (int, error) {
+func copyTasks(src *boltstore.Store, db *pebble.DB) (int, error) {
 	const batchBytes = 32 << 20
 	counts := map[string]uint64{}
 	t := &tx{Batch: db.NewIndexedBatch(), counts: counts, pending: map[string]uint64{}}
@@ -85,30 +84,22 @@ func copyTasks(src store.Tasks, db *pebble.DB) (int, error) {
 		return nil
 	}
 	defer func() { t.Close() }()
-	after := ""
-	for {
-		recs, more, err := src.List(context.Background(), store.Query{After: after, Limit: 1000, MaxBytes: batchBytes})
+	err := src.ForEach(func(rec *store.Record) error {
+		data, err := rec.Encode()
 		if err != nil {
-			return n, err
+			return err
 		}
-		for _, rec := range recs {
-			data, err := rec.Encode()
-			if err != nil {
-				return n, err
-			}
-			if err := put(t, rec, data, nil); err != nil {
-				return n, err
-			}
-			n++
-			if size += len(data); size >= batchBytes {
-				if err := flush(); err != nil {
-					return n, err
-				}
-			}
-			after = rec.Task.ID
+		if err := put(t, rec, data, nil); err != nil {
+			return err
 		}
-		if !more {
-			return n, flush()
+		n++
+		if size += len(data); size >= batchBytes {
+			return flush()
 		}
+		return nil
+	})
+	if err != nil {
+		return n, err
 	}
+	return n, flush()
 }

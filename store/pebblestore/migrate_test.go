@@ -17,23 +17,32 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// TestAnEarlierStoreIsMigrated: a data dir written by the bbolt store
-// opens with every task, index and count, once.
-func TestAnEarlierStoreIsMigrated(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	old, err := boltstore.Open(dir, boltstore.Options{})
+// earlierStore puts in dir a tasks.db that the bbolt store of an earlier
+// version wrote (boltstore's testdata): 30 tasks, t000 to t029, as
+// storetest.NewRecord makes them, in sessions c0 to c2, the even ones
+// completed. It returns those tasks.
+func earlierStore(t *testing.T, dir string) []*store.Record {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "boltstore", "testdata", boltstore.FileName))
 	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, boltstore.FileName), data, 0o600))
+	var want []*store.Record
 	for i := range 30 {
 		rec := storetest.NewRecord(fmt.Sprintf("t%03d", i), fmt.Sprint("c", i%3), "req", "asg", i)
 		if i%2 == 0 {
 			rec.Task.Status.State = wire.StateCompleted
 		}
-		require.NoError(t, old.Create(ctx, rec, 0))
+		want = append(want, rec)
 	}
-	want, _, err := old.List(ctx, store.Query{})
-	require.NoError(t, err)
-	require.NoError(t, old.Close())
+	return want
+}
+
+// TestAnEarlierStoreIsMigrated: a data dir written by the bbolt store
+// opens with every task, index and count, once.
+func TestAnEarlierStoreIsMigrated(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	want := earlierStore(t, dir)
 
 	s := open(t, dir)
 	got, _, err := s.List(ctx, store.Query{})
@@ -64,12 +73,9 @@ func TestAnEarlierStoreIsMigrated(t *testing.T) {
 // still hold: an emptied tasks.db is a loss, and nothing is migrated.
 func TestADamagedEarlierStoreStopsTheMigration(t *testing.T) {
 	dir := t.TempDir()
-	old, err := boltstore.Open(dir, boltstore.Options{})
-	require.NoError(t, err)
-	require.NoError(t, old.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
-	require.NoError(t, old.Close())
+	earlierStore(t, dir)
 	require.NoError(t, os.Truncate(filepath.Join(dir, boltstore.FileName), 0))
-	_, err = pebblestore.Open(dir, pebblestore.Options{})
+	_, err := pebblestore.Open(dir, pebblestore.Options{})
 	require.ErrorIs(t, err, boltstore.ErrDataLoss)
 	_, err = os.Stat(filepath.Join(dir, pebblestore.DirName))
 	assert.ErrorIs(t, err, os.ErrNotExist, "no new store")
