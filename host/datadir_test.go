@@ -41,7 +41,7 @@ func TestAHostsBrokerIsDurableByDefault(t *testing.T) {
 	_, err = os.Stat(filepath.Join(want, pebblestore.DirName))
 	require.NoError(t, err, "the store is in the state folder")
 
-	_, err = host.Open(context.Background(), host.Config{Bus: host.Fake})
+	_, err = host.OpenFake(context.Background(), host.Config{})
 	require.ErrorIs(t, err, pebblestore.ErrLocked, "a second broker on the same data dir")
 	assert.Contains(t, err.Error(), "join it with Config.ConnectionFile")
 
@@ -60,7 +60,7 @@ func TestAHostsBrokerIsDurableByDefault(t *testing.T) {
 	assert.Equal(t, "planner-2", spawnIn(t, h, "chat-2", "planner", "inst-2"))
 	assert.Equal(t, "planner", spawnIn(t, h, "chat-1", "planner", "inst-1"))
 
-	_, err = host.Open(ctx, host.Config{Bus: host.Fake, Memory: true, DataDir: t.TempDir()})
+	_, err = host.Open(ctx, host.Config{Bus: host.NATS, Memory: true, DataDir: t.TempDir()})
 	assert.ErrorContains(t, err, "Memory and DataDir")
 }
 

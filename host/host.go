@@ -26,7 +26,6 @@ import (
 	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/store/pebblestore"
 	"github.com/a2a-bus/a2a-bus/transport"
-	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -42,8 +41,6 @@ const (
 	// Pipe runs the broker as a child process and talks JSON-RPC lines
 	// over its stdio.
 	Pipe
-	// Fake is the in-memory bus, for tests.
-	Fake
 )
 
 // String returns the bus's config name.
@@ -53,8 +50,6 @@ func (k BusKind) String() string {
 		return "nats"
 	case Pipe:
 		return "pipe"
-	case Fake:
-		return "fake"
 	}
 	return fmt.Sprintf("BusKind(%d)", uint8(k))
 }
@@ -63,18 +58,16 @@ func (k BusKind) String() string {
 // exist.
 var ErrUnknownBus = errors.New("host: unknown bus")
 
-// ParseBus reads a bus name from config: "nats" (or "", the default),
-// "pipe" or "fake".
+// ParseBus reads a bus name from config: "nats" (or "", the default) or
+// "pipe".
 func ParseBus(s string) (BusKind, error) {
 	switch strings.ToLower(s) {
 	case "", "nats":
 		return NATS, nil
 	case "pipe":
 		return Pipe, nil
-	case "fake":
-		return Fake, nil
 	}
-	return 0, fmt.Errorf("%w %q (want nats, pipe or fake)", ErrUnknownBus, s)
+	return 0, fmt.Errorf("%w %q (want nats or pipe)", ErrUnknownBus, s)
 }
 
 // Config configures a host's connection to the broker.
@@ -91,7 +84,7 @@ type Config struct {
 	BrokerCommand []string
 	// DataDir is where a broker this host starts keeps its durable
 	// store of tasks and registrations: in this process (NATS without a
-	// connection file, Fake), or passed to a Pipe child that runs the
+	// connection file), or passed to a Pipe child that runs the
 	// default command. "" means the platform's state folder, as for
 	// a2a-bus serve (DefaultDataDir), so that a restarted broker keeps
 	// every acknowledged task and every delegate's name. One data dir
@@ -104,7 +97,7 @@ type Config struct {
 	// be "".
 	Memory bool
 	// Broker configures the broker when it runs in this process (NATS
-	// without a connection file, Fake).
+	// without a connection file).
 	Broker broker.Config
 	// Runtime configures each session's runtime.
 	Runtime runtime.Config
@@ -214,7 +207,18 @@ type Host struct {
 
 // Open connects to the broker, starting it first when it is to run in
 // this process or as a child.
-func Open(ctx context.Context, cfg Config) (*Host, error) {
+func Open(ctx context.Context, cfg Config) (*Host, error) { return open(ctx, cfg, nil) }
+
+// localBus is a bus whose both sides are in this process, as the tests'
+// in-memory bus.
+type localBus interface {
+	transport.Bus
+	transport.Client
+}
+
+// open is Open; with local, the broker runs in this process on local,
+// whatever cfg.Bus says.
+func open(ctx context.Context, cfg Config, local localBus) (*Host, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -229,17 +233,17 @@ func Open(ctx context.Context, cfg Config) (*Host, error) {
 		h.cfg.Broker.BusName = cfg.Bus.String()
 	}
 	var err error
-	switch cfg.Bus {
-	case NATS:
+	switch {
+	case local != nil:
+		err = h.startLocal(ctx, local)
+	case cfg.Bus == NATS:
 		if cfg.ConnectionFile != "" {
 			err = h.dialNATS(ctx, cfg.ConnectionFile)
 		} else {
 			err = h.embedNATS(ctx)
 		}
-	case Pipe:
+	case cfg.Bus == Pipe:
 		err = h.startPipe(ctx)
-	case Fake:
-		err = h.startFakeBus(ctx)
 	default:
 		err = fmt.Errorf("%w: %v", ErrUnknownBus, cfg.Bus)
 	}
@@ -348,16 +352,18 @@ func (h *Host) rejoin(ctx context.Context, dial dialer) error {
 	return nil
 }
 
-func (h *Host) startFakeBus(ctx context.Context) error {
+// startLocal starts a broker in this process on bus, and connects to it
+// through bus.
+func (h *Host) startLocal(ctx context.Context, bus localBus) error {
 	if err := h.openDataDir(); err != nil {
+		bus.Close()
 		return err
 	}
-	bus := fakebus.New(fakebus.Config{})
 	if err := h.serve(ctx, bus); err != nil {
 		return err
 	}
 	h.client = bus
-	h.desc = "fake (in memory)"
+	h.desc = h.cfg.Broker.BusName + " (in this process)"
 	return nil
 }
 

@@ -37,7 +37,7 @@ func ctxT(t *testing.T) context.Context {
 // pipe to a real child process.
 func eachBus(t *testing.T, fn func(t *testing.T, h *host.Host)) {
 	configs := map[string]func(t *testing.T) host.Config{
-		"fake": func(*testing.T) host.Config { return host.Config{Bus: host.Fake, Memory: true} },
+		"fake": func(*testing.T) host.Config { return host.Config{Memory: true} },
 		"nats": func(*testing.T) host.Config { return host.Config{Bus: host.NATS, Memory: true} },
 		"pipe": func(t *testing.T) host.Config {
 			return host.Config{Bus: host.Pipe, BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir=", "--log-level=warn"}}
@@ -47,12 +47,21 @@ func eachBus(t *testing.T, fn func(t *testing.T, h *host.Host)) {
 		t.Run(name, func(t *testing.T) {
 			cfg := configs[name](t)
 			cfg.Runtime.Feed.PollInterval = 50 * time.Millisecond
-			h, err := host.Open(ctxT(t), cfg)
+			h, err := openBus(ctxT(t), name, cfg)
 			require.NoError(t, err)
 			t.Cleanup(func() { h.Close() })
 			fn(t, h)
 		})
 	}
+}
+
+// openBus opens a host on the named bus: "fake" is the in-memory bus of
+// the tests, which only they can give a host.
+func openBus(ctx context.Context, name string, cfg host.Config) (*host.Host, error) {
+	if name == "fake" {
+		return host.OpenFake(ctx, cfg)
+	}
+	return host.Open(ctx, cfg)
 }
 
 func session(t *testing.T, h *host.Host, id string) *runtime.Runtime {
@@ -203,14 +212,16 @@ func TestSettleDeregisters(t *testing.T) {
 }
 
 func TestParseBus(t *testing.T) {
-	for in, want := range map[string]host.BusKind{"": host.NATS, "nats": host.NATS, "NATS": host.NATS, "pipe": host.Pipe, "fake": host.Fake} {
+	for in, want := range map[string]host.BusKind{"": host.NATS, "nats": host.NATS, "NATS": host.NATS, "pipe": host.Pipe} {
 		got, err := host.ParseBus(in)
 		require.NoError(t, err)
 		assert.Equal(t, want, got)
 	}
-	_, err := host.ParseBus("carrier-pigeon")
-	assert.ErrorIs(t, err, host.ErrUnknownBus)
-	_, err = host.Open(context.Background(), host.Config{})
+	for _, in := range []string{"carrier-pigeon", "fake"} {
+		_, err := host.ParseBus(in)
+		assert.ErrorIs(t, err, host.ErrUnknownBus, "%q: a test double is not a bus of config", in)
+	}
+	_, err := host.Open(context.Background(), host.Config{})
 	assert.True(t, errors.Is(err, host.ErrUnknownBus), "the zero bus is no bus: %v", err)
 	assert.True(t, strings.Contains(host.Pipe.String(), "pipe"))
 }

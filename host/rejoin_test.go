@@ -144,7 +144,7 @@ func kill(pid int) error {
 // token is unknown; a delegate's concurrent calls register it again once,
 // and none fails unauthorized.
 func TestConcurrentCallsAfterARestartRegisterOnce(t *testing.T) {
-	h, err := host.Open(ctxT(t), host.Config{Bus: host.Fake, Memory: true})
+	h, err := host.OpenFake(ctxT(t), host.Config{Memory: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })
 	d := spawn(t, session(t, h, "chat-1"), "worker")

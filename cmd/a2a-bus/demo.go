@@ -49,7 +49,7 @@ Flags:
 		return report(stderr, "demo", err)
 	}
 	kind, err := host.ParseBus(*busName)
-	if err != nil || kind == host.Fake {
+	if err != nil {
 		return report(stderr, "demo", usageErrorf("--bus: %q is not nats or pipe", *busName))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
