@@ -20,7 +20,8 @@ const DefaultPollInterval = 2 * time.Second
 // (FeedConfig.ReplayTimeout).
 const DefaultReplayTimeout = 30 * time.Second
 
-// FeedConfig configures a Feed. The zero value is the default.
+// FeedConfig configures a Feed. The zero value is the default; NewFeed
+// refuses a config that Validate refuses.
 type FeedConfig struct {
 	// PollInterval is how often Next, while it waits, replays to find a
 	// lost event. 0 means DefaultPollInterval.
@@ -38,6 +39,17 @@ type FeedConfig struct {
 	ShouldPoll func() bool
 	// Logger receives the feed's logs. nil discards them.
 	Logger *slog.Logger
+}
+
+// Validate reports the first setting of cfg that is out of range.
+func (cfg FeedConfig) Validate() error {
+	switch {
+	case cfg.PollInterval < 0:
+		return fmt.Errorf("runtime: FeedConfig.PollInterval is %v: want 0 (DefaultPollInterval) or more", cfg.PollInterval)
+	case cfg.ReplayTimeout < 0:
+		return fmt.Errorf("runtime: FeedConfig.ReplayTimeout is %v: want 0 (DefaultReplayTimeout) or more", cfg.ReplayTimeout)
+	}
+	return nil
 }
 
 // Item is what Feed.Next returns: an event, or a gap.
@@ -86,10 +98,13 @@ var ErrFeedClosed = errors.New("runtime: the session's feed is closed")
 // NewFeed subscribes to the session and learns where its notifications
 // stand, so that Next returns only what comes after.
 func NewFeed(ctx context.Context, sess transport.Session, cfg FeedConfig) (*Feed, error) {
-	if cfg.PollInterval <= 0 {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.PollInterval == 0 {
 		cfg.PollInterval = DefaultPollInterval
 	}
-	if cfg.ReplayTimeout <= 0 {
+	if cfg.ReplayTimeout == 0 {
 		cfg.ReplayTimeout = DefaultReplayTimeout
 	}
 	if cfg.Logger == nil {

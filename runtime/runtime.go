@@ -31,7 +31,8 @@ const registerTimeout = 30 * time.Second
 // DefaultQueue is how many events a delegate's wait queue holds.
 const DefaultQueue = 4096
 
-// Config configures a Runtime. The zero value is the default.
+// Config configures a Runtime. The zero value is the default; New
+// refuses a config that Validate refuses.
 type Config struct {
 	// Feed configures the session's event feed.
 	Feed FeedConfig
@@ -43,8 +44,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Retry bounds how a change (a send, a reply, an update, a cancel)
 	// whose answer was lost is tried again. The zero value is
-	// DefaultRetry.
+	// DefaultRetry; Retry{Attempts: 1} never tries again.
 	Retry Retry
+}
+
+// Validate reports the first setting of cfg that is out of range.
+func (cfg Config) Validate() error {
+	if cfg.Queue < 0 {
+		return fmt.Errorf("runtime: Config.Queue is %d: want 0 (DefaultQueue) or more", cfg.Queue)
+	}
+	if err := cfg.Retry.validate(); err != nil {
+		return err
+	}
+	return cfg.Feed.Validate()
 }
 
 // Retry is how often, and how far apart, a change whose answer was lost
@@ -52,11 +64,27 @@ type Config struct {
 // Every change carries a messageId, so the broker applies it once
 // however often it is tried (docs/PROTOCOL.md §4.11).
 type Retry struct {
-	// Attempts is how many times a change is tried in all.
+	// Attempts is how many times a change is tried in all, at least 1 (1:
+	// never again).
 	Attempts int
 	// Backoff is the first wait between two attempts; each wait doubles,
-	// up to MaxBackoff.
+	// up to MaxBackoff. A MaxBackoff of 0 means Backoff: every wait is
+	// the same.
 	Backoff, MaxBackoff time.Duration
+}
+
+func (r Retry) validate() error {
+	switch {
+	case r == Retry{}:
+		return nil // DefaultRetry
+	case r.Attempts < 1:
+		return fmt.Errorf("runtime: Config.Retry.Attempts is %d: want 1 (no retry) or more", r.Attempts)
+	case r.Backoff < 0 || r.MaxBackoff < 0:
+		return fmt.Errorf("runtime: Config.Retry's backoff is negative (%v, max %v)", r.Backoff, r.MaxBackoff)
+	case r.MaxBackoff != 0 && r.MaxBackoff < r.Backoff:
+		return fmt.Errorf("runtime: Config.Retry.MaxBackoff %v is below Backoff %v", r.MaxBackoff, r.Backoff)
+	}
+	return nil
 }
 
 // DefaultRetry tries a change 6 times over about 6 seconds: longer than a
@@ -93,7 +121,10 @@ type Runtime struct {
 // New starts a runtime for the session sess (the session side of a bus).
 // The runtime owns sess: Close closes it.
 func New(ctx context.Context, sess transport.Session, cfg Config) (*Runtime, error) {
-	if cfg.Queue <= 0 {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Queue == 0 {
 		cfg.Queue = DefaultQueue
 	}
 	if cfg.Logger == nil {
@@ -102,7 +133,6 @@ func New(ctx context.Context, sess transport.Session, cfg Config) (*Runtime, err
 	if cfg.Retry == (Retry{}) {
 		cfg.Retry = DefaultRetry
 	}
-	cfg.Retry.Attempts = max(cfg.Retry.Attempts, 1)
 	r := &Runtime{cfg: cfg, log: cfg.Logger.With("session", sess.ID()), sess: sess, done: make(chan struct{}),
 		byID: map[string]*Delegate{}, delegates: map[*Delegate]struct{}{}}
 	fcfg := cfg.Feed
@@ -350,7 +380,7 @@ func (r *Runtime) retry(ctx context.Context, change func() error) error {
 			return err
 		case <-t.C:
 		}
-		wait = min(2*wait, max(r.cfg.Retry.MaxBackoff, r.cfg.Retry.Backoff))
+		wait = min(2*wait, max(r.cfg.Retry.MaxBackoff, r.cfg.Retry.Backoff)) // MaxBackoff 0: Backoff
 	}
 }
 
