@@ -312,7 +312,7 @@ func (g *Gateway) openStream(ctx context.Context) (release func(), err error) {
 // client's agent cancels it, so that an abandoned task holds no slot of
 // its client's cap for ever.
 func (g *Gateway) abandon(c *clientState, id string) {
-	if g.cfg.AbandonAfter < 0 {
+	if g.cfg.NeverAbandon {
 		return
 	}
 	g.mu.Lock()

@@ -52,7 +52,8 @@ const InstanceFile = brokerid.InstanceFile
 // it before a gateway starts (export_test.go).
 var pollEvery = 5 * time.Second
 
-// Config configures a Gateway.
+// Config configures a Gateway. Token is required; every other zero
+// value is the default. New refuses a config that Validate refuses.
 type Config struct {
 	// Session is the gateway's own session; it must be one of the
 	// broker's HiddenSessions. "" means DefaultSession.
@@ -90,10 +91,39 @@ type Config struct {
 	// AbandonAfter is how long a task whose client stopped waiting for it
 	// (a blocking send whose connection closed) is kept open with no
 	// subscriber and no read by its client before the gateway cancels
-	// it. 0 means DefaultAbandonAfter; negative never.
+	// it. 0 means DefaultAbandonAfter.
 	AbandonAfter time.Duration
+	// NeverAbandon keeps such a task open until its agent or its client
+	// ends it: the gateway never cancels it. AbandonAfter must be 0.
+	NeverAbandon bool
 	// Logger receives the gateway's logs. nil discards them.
 	Logger *slog.Logger
+}
+
+// Validate reports the first setting of cfg that is missing or out of
+// range.
+func (cfg Config) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxBodyBytes", cfg.MaxBodyBytes},
+		{"MaxCalls", int64(cfg.MaxCalls)},
+		{"MaxInFlightBytes", cfg.MaxInFlightBytes},
+		{"MaxStreamsPerClient", int64(cfg.MaxStreamsPerClient)},
+		{"AbandonAfter", int64(cfg.AbandonAfter)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("gateway: Config.%s is negative: want 0 (the default) or more", f.name)
+		}
+	}
+	switch {
+	case cfg.Token == "":
+		return errors.New("gateway: a token is required")
+	case cfg.NeverAbandon && cfg.AbandonAfter != 0:
+		return errors.New("gateway: Config.NeverAbandon and AbandonAfter both set: choose one")
+	}
+	return nil
 }
 
 // Gateway is the A2A 1.0 gateway. It implements a2asrv.RequestHandler for
@@ -142,32 +172,32 @@ var _ a2asrv.RequestHandler = (*Gateway)(nil)
 // New opens the gateway's session on client and registers its agent. The
 // gateway owns the session: Close closes it.
 func New(ctx context.Context, client transport.Client, cfg Config) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	if cfg.Session == "" {
 		cfg.Session = DefaultSession
 	}
 	if cfg.Instance == "" {
 		cfg.Instance = Instance
 	}
-	if cfg.MaxBodyBytes <= 0 {
+	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = wire.DefaultMaxMessageBytes
 	}
-	if cfg.MaxCalls <= 0 {
+	if cfg.MaxCalls == 0 {
 		cfg.MaxCalls = DefaultMaxCalls
 	}
-	if cfg.MaxInFlightBytes <= 0 {
+	if cfg.MaxInFlightBytes == 0 {
 		cfg.MaxInFlightBytes = 8 * cfg.MaxBodyBytes
 	}
-	if cfg.MaxStreamsPerClient <= 0 {
+	if cfg.MaxStreamsPerClient == 0 {
 		cfg.MaxStreamsPerClient = DefaultMaxStreamsPerClient
 	}
-	if cfg.AbandonAfter == 0 {
+	if cfg.AbandonAfter == 0 && !cfg.NeverAbandon {
 		cfg.AbandonAfter = DefaultAbandonAfter
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Token == "" {
-		return nil, errors.New("gateway: a token is required")
 	}
 	sess, err := client.Session(ctx, cfg.Session)
 	if err != nil {

@@ -7,9 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/gateway"
 )
 
 // binWarning is serve's warning for A2A_BUS_BIN, a variable a desktop host
@@ -94,4 +97,18 @@ func serveInProcess(t *testing.T, args ...string) *bufio.Reader {
 		<-drained
 	})
 	return stderr
+}
+
+// TestAbandonAfterFlag: --a2a-abandon-after 0 means never, which the
+// gateway's config says with NeverAbandon, not with a sign.
+func TestAbandonAfterFlag(t *testing.T) {
+	for flag, want := range map[time.Duration]gateway.Config{
+		0:               {Token: "t", NeverAbandon: true},
+		5 * time.Minute: {Token: "t", AbandonAfter: 5 * time.Minute},
+	} {
+		cfg := gateway.Config{Token: "t"}
+		abandonAfter(&cfg, flag)
+		assert.Equal(t, want, cfg, "flag %v", flag)
+		assert.NoError(t, cfg.Validate())
+	}
 }

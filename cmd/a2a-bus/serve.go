@@ -267,13 +267,10 @@ func (o *serveOptions) validate() error {
 
 func ptr[T any](v T) *T { return &v }
 
-// abandonAfter is the gateway's Config.AbandonAfter for the flag, whose 0
+// abandonAfter sets the gateway's abandon clock from the flag, whose 0
 // means never.
-func abandonAfter(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
+func abandonAfter(cfg *gateway.Config, d time.Duration) {
+	cfg.AbandonAfter, cfg.NeverAbandon = d, d == 0
 }
 
 // brokerConfig is the broker's config from the flags. The A2A gateway's
@@ -415,8 +412,10 @@ func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info c
 	if err != nil {
 		return nil, err
 	}
-	g, err := gateway.New(ctx, client, gateway.Config{Instance: instance, Token: info.A2AToken, BaseURL: info.A2AURL, MaxBodyBytes: int64(o.maxMessageBytes), Version: version.String(),
-		Clients: clients, AbandonAfter: abandonAfter(o.a2aAbandonAfter), Logger: log})
+	gcfg := gateway.Config{Instance: instance, Token: info.A2AToken, BaseURL: info.A2AURL, MaxBodyBytes: int64(o.maxMessageBytes), Version: version.String(),
+		Clients: clients, Logger: log}
+	abandonAfter(&gcfg, o.a2aAbandonAfter)
+	g, err := gateway.New(ctx, client, gcfg)
 	if err != nil {
 		client.Close()
 		return nil, err
