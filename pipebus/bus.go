@@ -25,7 +25,8 @@ const (
 )
 
 // Config configures the broker end. The zero value is the default
-// everywhere.
+// everywhere; no setting is turned off by a sign: a negative one is an
+// error (Validate).
 type Config struct {
 	// MaxMessageBytes is the longest line read; a longer one is answered
 	// -32600 (id null) without being buffered whole. 0 means
@@ -52,6 +53,35 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Validate reports the first setting of cfg that is out of range.
+func (cfg Config) Validate() error {
+	if err := validMessageBytes("Config", cfg.MaxMessageBytes); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"Queue", int64(cfg.Queue)},
+		{"MaxInFlight", int64(cfg.MaxInFlight)},
+		{"WriteTimeout", int64(cfg.WriteTimeout)},
+		{"CloseGrace", int64(cfg.CloseGrace)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("pipebus: Config.%s is negative: want 0 (the default) or more", f.name)
+		}
+	}
+	return nil
+}
+
+// validMessageBytes checks a MaxMessageBytes: the broker's bounds, or 0.
+func validMessageBytes(config string, n int) error {
+	if n < 0 || n > wire.MaxMessageLimit {
+		return fmt.Errorf("pipebus: %s.MaxMessageBytes is %d: want 0 (wire.DefaultMaxMessageBytes) to %d", config, n, wire.MaxMessageLimit)
+	}
+	return nil
+}
+
 // Bus is the broker end of a pipe. It implements transport.Bus.
 type Bus struct {
 	cfg Config
@@ -72,6 +102,7 @@ type Bus struct {
 	serving bool
 	closed  bool
 	err     error // why the bus stopped, when it stopped by itself
+	invalid error // what Validate said of the config: Serve returns it
 
 	done     chan struct{} // closed when the bus has stopped
 	stopOnce sync.Once
@@ -103,21 +134,26 @@ var ErrPeerGone = errors.New("pipebus: the other end stopped reading")
 // New returns the broker end of a pipe that reads requests from r and
 // writes to w. The bus owns r and w: Close closes them if they are
 // io.Closers, which also interrupts a blocked read or write when they are
-// pollable (os.Pipe, sockets, Stdio's files).
+// pollable (os.Pipe, sockets, Stdio's files). A config that Validate
+// refuses gives a bus that has stopped: Serve and Err return why.
 func New(r io.Reader, w io.Writer, cfg Config) *Bus {
-	if cfg.MaxMessageBytes <= 0 {
+	invalid := cfg.Validate()
+	if invalid != nil {
+		cfg = Config{Logger: cfg.Logger}
+	}
+	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
 	}
-	if cfg.Queue <= 0 {
+	if cfg.Queue == 0 {
 		cfg.Queue = DefaultQueue
 	}
-	if cfg.MaxInFlight <= 0 {
+	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
 	}
-	if cfg.WriteTimeout <= 0 {
+	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
 	}
-	if cfg.CloseGrace <= 0 {
+	if cfg.CloseGrace == 0 {
 		cfg.CloseGrace = DefaultCloseGrace
 	}
 	if cfg.Logger == nil {
@@ -129,6 +165,10 @@ func New(r io.Reader, w io.Writer, cfg Config) *Bus {
 	b.hctx, b.hcancel = context.WithCancel(ctx)
 	b.writerWG.Add(1)
 	go b.writeLoop()
+	if invalid != nil {
+		b.invalid = invalid
+		b.stop(invalid)
+	}
 	return b
 }
 
@@ -137,6 +177,8 @@ func (b *Bus) Serve(h transport.Handler) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
+	case b.invalid != nil:
+		return b.invalid
 	case b.closed:
 		return transport.ErrClosed
 	case b.serving:
@@ -153,7 +195,8 @@ func (b *Bus) Serve(h transport.Handler) error {
 func (b *Bus) Done() <-chan struct{} { return b.done }
 
 // Err says why the bus stopped: nil after Close or at the end of the
-// input, ErrPeerGone (wrapped) when the other end stopped reading.
+// input, ErrPeerGone (wrapped) when the other end stopped reading, what
+// Validate said of a config New was given that it refuses.
 func (b *Bus) Err() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -32,6 +32,9 @@ func Start(cmd *exec.Cmd, cfg ClientConfig) (*Child, error) {
 	if cmd.Stdin != nil || cmd.Stdout != nil {
 		return nil, errors.New("pipebus: Start needs cmd.Stdin and cmd.Stdout unset")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err

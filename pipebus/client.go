@@ -22,7 +22,7 @@ import (
 const maxResponseBytes = wire.MaxPayload
 
 // ClientConfig configures the host end. The zero value is the default
-// everywhere.
+// everywhere; a negative setting is an error (Validate).
 type ClientConfig struct {
 	// MaxMessageBytes is the largest request Call sends; a larger one is
 	// transport.ErrTooLarge. Responses and notifications up to the same
@@ -33,6 +33,17 @@ type ClientConfig struct {
 	Buffer int
 	// Logger receives the client's logs. nil discards them.
 	Logger *slog.Logger
+}
+
+// Validate reports the first setting of cfg that is out of range.
+func (cfg ClientConfig) Validate() error {
+	if err := validMessageBytes("ClientConfig", cfg.MaxMessageBytes); err != nil {
+		return err
+	}
+	if cfg.Buffer < 0 {
+		return fmt.Errorf("pipebus: ClientConfig.Buffer is %d: want 0 (transport.DefaultSubscriptionBuffer) or more", cfg.Buffer)
+	}
+	return nil
 }
 
 // Client is the host end of a pipe. It implements transport.Client and
@@ -74,15 +85,19 @@ var (
 
 // NewClient returns the host end of a pipe: it reads the broker's output
 // from r and writes requests to w. The client owns both: Close closes w
-// (the broker sees the end of its input), then r.
-func NewClient(r io.ReadCloser, w io.WriteCloser, cfg ClientConfig) *Client {
-	return newClient(r, w, nil, cfg)
+// (the broker sees the end of its input), then r. A config that Validate
+// refuses is an error, and r and w are left open.
+func NewClient(r io.ReadCloser, w io.WriteCloser, cfg ClientConfig) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return newClient(r, w, nil, cfg), nil
 }
 
 // newClient is NewClient with a hook run by Close between closing w and
 // closing r: waiting for a child to exit.
 func newClient(r io.ReadCloser, w io.WriteCloser, between func() error, cfg ClientConfig) *Client {
-	if cfg.MaxMessageBytes <= 0 {
+	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
 	}
 	if cfg.Logger == nil {

@@ -13,6 +13,18 @@ import (
 // end and a host end, for tests, benchmarks and hosts that embed the
 // broker but want the pipe's framing. Close the Client, then the Bus.
 func Pair(cfg Config, ccfg ClientConfig) (*Bus, *Client, error) {
+	if ccfg.MaxMessageBytes == 0 {
+		ccfg.MaxMessageBytes = cfg.MaxMessageBytes
+	}
+	if ccfg.Logger == nil {
+		ccfg.Logger = cfg.Logger
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := ccfg.Validate(); err != nil {
+		return nil, nil, err
+	}
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
@@ -23,13 +35,7 @@ func Pair(cfg Config, ccfg ClientConfig) (*Bus, *Client, error) {
 		reqW.Close()
 		return nil, nil, err
 	}
-	if ccfg.MaxMessageBytes == 0 {
-		ccfg.MaxMessageBytes = cfg.MaxMessageBytes
-	}
-	if ccfg.Logger == nil {
-		ccfg.Logger = cfg.Logger
-	}
-	return New(reqR, respW, cfg), NewClient(respR, reqW, ccfg), nil
+	return New(reqR, respW, cfg), newClient(respR, reqW, nil, ccfg), nil
 }
 
 // Stdio returns the process's stdin and stdout for the broker end, as
