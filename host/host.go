@@ -70,17 +70,19 @@ func ParseBus(s string) (BusKind, error) {
 	return 0, fmt.Errorf("%w %q (want nats or pipe)", ErrUnknownBus, s)
 }
 
-// Config configures a host's connection to the broker.
+// Config configures a host's connection to the broker. Bus must be set;
+// every other zero value is the default. Open refuses a config that
+// Validate refuses.
 type Config struct {
 	// Bus selects the bus; it must be set (see ParseBus).
 	Bus BusKind
-	// ConnectionFile, with NATS, connects to the running broker that
+	// ConnectionFile, with NATS only, connects to the running broker that
 	// wrote it (a2a-bus serve). "" runs the broker in this process, on an
 	// embedded NATS server.
 	ConnectionFile string
-	// BrokerCommand, with Pipe, is the broker to start as a child, which
-	// must speak the pipe on its stdio. nil means a2a-bus serve --bus=pipe
-	// from PATH.
+	// BrokerCommand, with Pipe only, is the broker to start as a child,
+	// which must speak the pipe on its stdio. nil means a2a-bus serve
+	// --bus=pipe from PATH.
 	BrokerCommand []string
 	// DataDir is where a broker this host starts keeps its durable
 	// store of tasks and registrations: in this process (NATS without a
@@ -109,9 +111,11 @@ type Config struct {
 	// connection is closed and the connection file read and dialed again,
 	// as when the broker dies. The host asks when a call has waited this
 	// long without an answer, and every 10 s besides. 0 means
-	// DefaultHealthTimeout; a negative value turns the check off (a
-	// broker held at a breakpoint is then waited for, not killed).
+	// DefaultHealthTimeout.
 	HealthTimeout time.Duration
+	// NoHealthCheck turns that check off: a broker held at a breakpoint
+	// is then waited for, not killed. HealthTimeout must be 0.
+	NoHealthCheck bool
 	// Logger receives the host's logs, and the broker's and the bus's when
 	// they run in this process. nil discards them: a library logs only
 	// where its caller says.
@@ -126,10 +130,34 @@ type Config struct {
 // 5 s, then the health call's): a hiccup to a user, not a hang.
 const DefaultHealthTimeout = 5 * time.Second
 
+// Validate reports the first setting of cfg that is missing, out of range
+// or at odds with another.
+func (cfg Config) Validate() error { return cfg.validate(false) }
+
+// validate is Validate; local says that the broker runs in this process
+// on a bus the host was given, whatever cfg.Bus says.
+func (cfg Config) validate(local bool) error {
+	switch {
+	case !local && cfg.Bus != NATS && cfg.Bus != Pipe:
+		return fmt.Errorf("%w: Config.Bus is %v: want NATS or Pipe (see ParseBus)", ErrUnknownBus, cfg.Bus)
+	case cfg.ConnectionFile != "" && (local || cfg.Bus != NATS):
+		return errors.New("host: Config.ConnectionFile joins a broker on NATS: set Bus to NATS, or drop it")
+	case cfg.BrokerCommand != nil && (local || cfg.Bus != Pipe):
+		return errors.New("host: Config.BrokerCommand starts a broker on a pipe: set Bus to Pipe, or drop it")
+	case cfg.Memory && cfg.DataDir != "":
+		return errors.New("host: Memory and DataDir both set: choose one")
+	case cfg.HealthTimeout < 0:
+		return fmt.Errorf("host: Config.HealthTimeout is %v: want 0 (DefaultHealthTimeout) or more; NoHealthCheck turns the check off", cfg.HealthTimeout)
+	case cfg.NoHealthCheck && cfg.HealthTimeout != 0:
+		return errors.New("host: Config.NoHealthCheck and HealthTimeout both set: choose one")
+	}
+	return cfg.Runtime.Validate()
+}
+
 // liveness is how the host checks a broker in another process.
 func (cfg *Config) liveness() liveness {
 	switch {
-	case cfg.HealthTimeout < 0:
+	case cfg.NoHealthCheck:
 		return liveness{}
 	case cfg.HealthTimeout == 0:
 		return liveness{timeout: DefaultHealthTimeout}
@@ -146,8 +174,6 @@ func DefaultDataDir() (string, error) { return connfile.DefaultDataDir() }
 // memory.
 func (cfg *Config) dataDir() (string, error) {
 	switch {
-	case cfg.Memory && cfg.DataDir != "":
-		return "", errors.New("host: Memory and DataDir both set: choose one")
 	case cfg.Memory:
 		return "", nil
 	case cfg.DataDir != "":
@@ -219,6 +245,12 @@ type localBus interface {
 // open is Open; with local, the broker runs in this process on local,
 // whatever cfg.Bus says.
 func open(ctx context.Context, cfg Config, local localBus) (*Host, error) {
+	if err := cfg.validate(local != nil); err != nil {
+		if local != nil {
+			local.Close()
+		}
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -242,10 +274,8 @@ func open(ctx context.Context, cfg Config, local localBus) (*Host, error) {
 		} else {
 			err = h.embedNATS(ctx)
 		}
-	case cfg.Bus == Pipe:
+	default: // Pipe: Validate allows no other
 		err = h.startPipe(ctx)
-	default:
-		err = fmt.Errorf("%w: %v", ErrUnknownBus, cfg.Bus)
 	}
 	if err != nil {
 		h.Close()

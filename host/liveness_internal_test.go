@@ -20,17 +20,16 @@ import (
 
 func TestConfigLiveness(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		timeout time.Duration
-		want    time.Duration
+		name string
+		cfg  Config
+		want time.Duration
 	}{
-		{"zero is the default", 0, DefaultHealthTimeout},
-		{"set", 3 * time.Second, 3 * time.Second},
-		{"negative turns the check off", -1, 0},
+		{"zero is the default", Config{}, DefaultHealthTimeout},
+		{"set", Config{HealthTimeout: 3 * time.Second}, 3 * time.Second},
+		{"NoHealthCheck turns the check off", Config{NoHealthCheck: true}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{HealthTimeout: c.timeout}
-			assert.Equal(t, liveness{timeout: c.want}, cfg.liveness())
+			assert.Equal(t, liveness{timeout: c.want}, c.cfg.liveness())
 		})
 	}
 }
