@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
+	"github.com/a2a-bus/a2a-bus/natsbus/internal/admission"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -105,7 +106,7 @@ type Bus struct {
 	closed  bool
 	subs    []*nats.Subscription
 	clients map[*Client]struct{} // in-process clients made by Connect
-	fair    *fairQueue
+	fair    *admission.Queue
 	svc     *service // the NATS service API's view of the broker
 	payload int
 	handler transport.Handler
@@ -158,10 +159,10 @@ func New(cfg Config) (*Bus, error) {
 	}
 	b := &Bus{cfg: cfg, log: cfg.Logger, clients: map[*Client]struct{}{}, served: map[string]*servedSession{},
 		svc: newService(RPCPrefix+"*", HostRPC),
-		fair: newFairQueue(fairLimits{
-			total: cfg.MaxInFlight, perKey: cfg.MaxInFlightPerSession,
-			maxWait: cfg.MaxWaitingPerSession, maxBytes: waitingBytesPerSession * wire.NewLimits(cfg.MaxMessageBytes).Payload,
-			rate: sessionRate(cfg.SessionRate), burst: DefaultSessionBurst,
+		fair: admission.NewQueue(admission.Limits{
+			Total: cfg.MaxInFlight, PerKey: cfg.MaxInFlightPerSession,
+			MaxWait: cfg.MaxWaitingPerSession, MaxBytes: waitingBytesPerSession * wire.NewLimits(cfg.MaxMessageBytes).Payload,
+			Rate: sessionRate(cfg.SessionRate), Burst: DefaultSessionBurst,
 		}, hostKey)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	opts := []nats.Option{
@@ -313,7 +314,7 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 			key = session
 		}
 	}
-	err := b.fair.submit(key, len(m.Data), func(serve bool) {
+	err := b.fair.Submit(key, len(m.Data), func(serve bool) {
 		var resp []byte
 		if serve {
 			resp = h.ServeRPC(b.ctx, from, m.Data)
@@ -333,11 +334,11 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		}
 	})
 	switch {
-	case errors.Is(err, errBusy):
+	case errors.Is(err, admission.ErrBusy):
 		// The flood's overflow: answered as cheaply as can be, so that
 		// the subscription keeps up with it; past busyAnswers a second,
 		// not answered at all (the flooder's calls time out).
-		if b.fair.busyAnswer(key, busyAnswers, time.Now()) {
+		if b.fair.BusyAnswer(key, busyAnswers, time.Now()) {
 			b.reply(m, b.busy(wire.PeekID(m.Data)))
 			b.svc.done(endpoint, time.Since(received), nil, busyProblem)
 		} else {
@@ -544,24 +545,24 @@ type inProcessFunc func() (net.Conn, error)
 func (f inProcessFunc) InProcessConn() (net.Conn, error) { return f() }
 
 // gatedConn is the broker's end of a session's connection: it reads only
-// while the session has room for more requests waiting (fairQueue.wait),
-// or once it is closed.
+// while the session has room for more requests waiting (Queue.Wait), or
+// once it is closed.
 type gatedConn struct {
 	net.Conn
-	fair    *fairQueue
+	fair    *admission.Queue
 	key     string
 	ungated atomic.Bool // closed, or the bus is closing: read at once
 }
 
 func (c *gatedConn) Read(p []byte) (int, error) {
-	c.fair.wait(c.key, &c.ungated)
+	c.fair.Wait(c.key, &c.ungated)
 	return c.Conn.Read(p)
 }
 
 // ungate makes Read read at once from now on.
 func (c *gatedConn) ungate() {
 	c.ungated.Store(true)
-	c.fair.wake()
+	c.fair.Wake()
 }
 
 func (c *gatedConn) Close() error {
@@ -608,7 +609,7 @@ func (b *Bus) RevokeSession(_ context.Context, session string) error {
 	if ss != nil {
 		ss.nc.Close()
 	}
-	b.fair.forget(session)
+	b.fair.Forget(session)
 	return nil
 }
 
@@ -693,7 +694,7 @@ func (b *Bus) Close() error {
 			}
 			b.cancel()
 		})
-		b.fair.close() // answers what waits, waits for what runs
+		b.fair.Close() // answers what waits, waits for what runs
 		close(finished)
 		grace.Wait()
 		// The answers leave the broker's connections, then the server

@@ -1,4 +1,4 @@
-package natsbus
+package admission
 
 import (
 	"errors"
@@ -9,43 +9,45 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// The errors of fairQueue.submit.
+// The errors of Queue.Submit.
 var (
-	errBusy        = errors.New("natsbus: the session has too many requests waiting")
-	errQueueClosed = errors.New("natsbus: closed")
+	// ErrBusy: the key has its bound of requests (or bytes) waiting.
+	ErrBusy = errors.New("admission: too many requests waiting")
+	// ErrClosed: the queue is closed.
+	ErrClosed = errors.New("admission: closed")
 )
 
-// fairLimits are a fairQueue's bounds.
-type fairLimits struct {
-	total    int        // requests running at once, all keys together
-	perKey   int        // requests of one key running at once
-	maxWait  int        // requests of one key waiting; past it, errBusy
-	maxBytes int        // their bytes
-	rate     rate.Limit // requests of one key started per second (rate.Inf: no bound)
-	burst    int        // of which this many at once
+// Limits are a Queue's bounds.
+type Limits struct {
+	Total    int        // requests running at once, all keys together
+	PerKey   int        // requests of one key running at once
+	MaxWait  int        // requests of one key waiting; past it, ErrBusy
+	MaxBytes int        // their bytes
+	Rate     rate.Limit // requests of one key started per second (rate.Inf: no bound)
+	Burst    int        // of which this many at once
 }
 
-// fairQueue runs requests so that one session's flood queues behind
-// itself and not in front of everyone: at most total requests run at
-// once, at most perKey of one key (a session), no more than rate a second
-// of one key; a key's waiting requests are bounded (beyond, submit
-// refuses). When a request ends, the next to run is taken round-robin
-// over the keys that have one waiting and may start one: a busy session
-// gets its turn like any other, never all of them.
+// Queue runs requests so that one session's flood queues behind itself
+// and not in front of everyone: at most Total requests run at once, at
+// most PerKey of one key (a session), no more than Rate a second of one
+// key; a key's waiting requests are bounded (beyond, Submit refuses).
+// When a request ends, the next to run is taken round-robin over the
+// keys that have one waiting and may start one: a busy session gets its
+// turn like any other, never all of them.
 //
-// submit never blocks: the subscription that feeds it must never fall
+// Submit never blocks: the subscription that feeds it must never fall
 // behind. A reader that wants to stop taking a key's requests while the
-// key has enough waiting calls wait (see gatedConn).
-type fairQueue struct {
-	lim fairLimits
+// key has enough waiting calls Wait.
+type Queue struct {
+	lim Limits
 
 	mu      sync.Mutex
 	roomy   *sync.Cond // broadcast when a key's waiting requests drop
 	closed  bool
 	running int
-	keys    map[string]*fairKey
+	keys    map[string]*queueKey
 	sweepAt int         // a new key sweeps the idle ones when there are this many
-	turn    []*fairKey  // keys with waiting requests, in round-robin order
+	turn    []*queueKey // keys with waiting requests, in round-robin order
 	timer   *time.Timer // starts what a rate held back
 	unlimit map[string]bool
 	wg      sync.WaitGroup // the workers
@@ -57,17 +59,17 @@ type fairQueue struct {
 
 // workItem is a job to run for a key.
 type workItem struct {
-	k   *fairKey
-	job fairJob
+	k   *queueKey
+	job request
 }
 
 // workerIdle is how long a worker waits for its next job before it ends.
 const workerIdle = time.Second
 
-type fairKey struct {
+type queueKey struct {
 	key     string
 	running int
-	waiting []fairJob
+	waiting []request
 	bytes   int
 	inTurn  bool
 	rate    *rate.Limiter
@@ -77,17 +79,17 @@ type fairKey struct {
 	busyAnswers int
 }
 
-// fairJob is one request: run(true) serves it, run(false) answers it
+// request is one request: run(true) serves it, run(false) answers it
 // unserved (the queue closed while it waited).
-type fairJob struct {
+type request struct {
 	run  func(serve bool)
 	size int
 }
 
-// newFairQueue returns a queue; the keys in unlimited (the host's) have
+// NewQueue returns a queue; the keys in unlimited (the host's) have
 // no rate bound.
-func newFairQueue(lim fairLimits, unlimited ...string) *fairQueue {
-	q := &fairQueue{lim: lim, keys: map[string]*fairKey{}, sweepAt: minSweep, unlimit: map[string]bool{}, work: make(chan workItem), quit: make(chan struct{})}
+func NewQueue(lim Limits, unlimited ...string) *Queue {
+	q := &Queue{lim: lim, keys: map[string]*queueKey{}, sweepAt: minSweep, unlimit: map[string]bool{}, work: make(chan workItem), quit: make(chan struct{})}
 	for _, k := range unlimited {
 		q.unlimit[k] = true
 	}
@@ -97,17 +99,17 @@ func newFairQueue(lim fairLimits, unlimited ...string) *fairQueue {
 
 // full reports whether k has as many requests waiting as it may have, or
 // nearly: its reader should stop taking more. q.mu is held.
-func (q *fairQueue) full(k *fairKey) bool {
-	return k != nil && (len(k.waiting) >= q.lim.maxWait*3/4 || k.bytes >= q.lim.maxBytes*3/4)
+func (q *Queue) full(k *queueKey) bool {
+	return k != nil && (len(k.waiting) >= q.lim.MaxWait*3/4 || k.bytes >= q.lim.MaxBytes*3/4)
 }
 
-// wait blocks while key's queue is (nearly) full, until the queue closes
-// or stop is set (and wake called). A reader that calls it before each
+// Wait blocks while key's queue is (nearly) full, until the queue closes
+// or stop is set (and Wake called). A reader that calls it before each
 // read of a key's requests stops reading while the key has enough
 // waiting: what the key sends then waits in the NATS server, whose buffer
 // per connection fills and slows down the key's own producers, and no
 // one else's.
-func (q *fairQueue) wait(key string, stop *atomic.Bool) {
+func (q *Queue) Wait(key string, stop *atomic.Bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for !q.closed && !stop.Load() && q.full(q.keys[key]) {
@@ -115,16 +117,16 @@ func (q *fairQueue) wait(key string, stop *atomic.Bool) {
 	}
 }
 
-// wake wakes the readers blocked in wait, to look at their stop again.
-func (q *fairQueue) wake() {
+// Wake wakes the readers blocked in Wait, to look at their stop again.
+func (q *Queue) Wake() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.roomy.Broadcast()
 }
 
-// busyAnswer reports whether one more A2A_BUSY answer to key fits this
+// BusyAnswer reports whether one more A2A_BUSY answer to key fits this
 // second's budget (perSecond); past it, the overflow goes unanswered.
-func (q *fairQueue) busyAnswer(key string, perSecond int, now time.Time) bool {
+func (q *Queue) BusyAnswer(key string, perSecond int, now time.Time) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k := q.keys[key]
@@ -138,9 +140,9 @@ func (q *fairQueue) busyAnswer(key string, perSecond int, now time.Time) bool {
 	return k.busyAnswers <= perSecond
 }
 
-// forget drops what the queue remembers of an idle key (its rate): a
+// Forget drops what the queue remembers of an idle key (its rate): a
 // session that is closed.
-func (q *fairQueue) forget(key string) {
+func (q *Queue) Forget(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if k := q.keys[key]; k != nil && k.running == 0 && len(k.waiting) == 0 {
@@ -148,33 +150,33 @@ func (q *fairQueue) forget(key string) {
 	}
 }
 
-// submit runs run now, or queues it behind key's earlier requests. It
-// returns errBusy, running nothing, when key already has its bound of
-// waiting requests (or bytes), and errQueueClosed after close.
-func (q *fairQueue) submit(key string, size int, run func(serve bool)) error {
+// Submit runs run now, or queues it behind key's earlier requests. It
+// returns ErrBusy, running nothing, when key already has its bound of
+// waiting requests (or bytes), and ErrClosed after Close.
+func (q *Queue) Submit(key string, size int, run func(serve bool)) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
-		return errQueueClosed
+		return ErrClosed
 	}
 	k := q.keys[key]
 	if k == nil {
 		if len(q.keys) >= q.sweepAt {
 			q.sweep(time.Now())
 		}
-		k = &fairKey{key: key, rate: rate.NewLimiter(q.lim.rate, q.lim.burst)}
+		k = &queueKey{key: key, rate: rate.NewLimiter(q.lim.Rate, q.lim.Burst)}
 		if q.unlimit[key] {
 			k.rate = rate.NewLimiter(rate.Inf, 0)
 		}
 		q.keys[key] = k
 	}
-	job := fairJob{run: run, size: size}
+	job := request{run: run, size: size}
 	if len(k.waiting) == 0 && q.mayStart(k) && k.rate.AllowN(time.Now(), 1) {
 		q.start(k, job)
 		return nil
 	}
-	if len(k.waiting) >= q.lim.maxWait || (len(k.waiting) > 0 && k.bytes+size > q.lim.maxBytes) {
-		return errBusy
+	if len(k.waiting) >= q.lim.MaxWait || (len(k.waiting) > 0 && k.bytes+size > q.lim.MaxBytes) {
+		return ErrBusy
 	}
 	k.waiting = append(k.waiting, job)
 	k.bytes += size
@@ -185,12 +187,12 @@ func (q *fairQueue) submit(key string, size int, run func(serve bool)) error {
 
 // mayStart reports whether k may start one more request, rate aside.
 // q.mu is held.
-func (q *fairQueue) mayStart(k *fairKey) bool {
-	return k.running < q.lim.perKey && q.running < q.lim.total
+func (q *Queue) mayStart(k *queueKey) bool {
+	return k.running < q.lim.PerKey && q.running < q.lim.Total
 }
 
 // enter puts k in the turn, if it has a request waiting. q.mu is held.
-func (q *fairQueue) enter(k *fairKey) {
+func (q *Queue) enter(k *queueKey) {
 	if len(k.waiting) > 0 && !k.inTurn {
 		k.inTurn = true
 		q.turn = append(q.turn, k)
@@ -198,7 +200,7 @@ func (q *fairQueue) enter(k *fairKey) {
 }
 
 // requeue puts keys back in the turn, in order. q.mu is held.
-func (q *fairQueue) requeue(keys []*fairKey) {
+func (q *Queue) requeue(keys []*queueKey) {
 	for _, k := range keys {
 		k.inTurn = false
 		q.enter(k)
@@ -208,7 +210,7 @@ func (q *fairQueue) requeue(keys []*fairKey) {
 // start runs job for k on an idle worker, or a new one. Workers stay a
 // while for the next job: a request then runs on a goroutine whose stack
 // has already grown to what serving takes. q.mu is held.
-func (q *fairQueue) start(k *fairKey, job fairJob) {
+func (q *Queue) start(k *queueKey, job request) {
 	q.running++
 	k.running++
 	select {
@@ -220,7 +222,7 @@ func (q *fairQueue) start(k *fairKey, job fairJob) {
 
 // worker runs its job, then the jobs handed to it, until it has idled
 // for workerIdle or the queue closes.
-func (q *fairQueue) worker(it workItem) {
+func (q *Queue) worker(it workItem) {
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
@@ -238,7 +240,7 @@ func (q *fairQueue) worker(it workItem) {
 }
 
 // done ends one of k's requests and starts the next ones due.
-func (q *fairQueue) done(k *fairKey) {
+func (q *Queue) done(k *queueKey) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.running--
@@ -256,7 +258,7 @@ const minSweep = 64
 // next sweep at twice the keys left: the keys of sessions come and gone
 // are bounded, and a key in use is not made anew for each request.
 // q.mu is held.
-func (q *fairQueue) sweep(now time.Time) {
+func (q *Queue) sweep(now time.Time) {
 	for key, k := range q.keys {
 		if k.running == 0 && len(k.waiting) == 0 && k.rate.TokensAt(now) >= float64(k.rate.Burst()) {
 			delete(q.keys, key)
@@ -270,22 +272,22 @@ func (q *fairQueue) sweep(now time.Time) {
 // leaves the turn (its done puts it back); one held back by its rate
 // stays, and if nothing else can start, a timer pumps again when the
 // soonest may. q.mu is held.
-func (q *fairQueue) pump() {
+func (q *Queue) pump() {
 	defer q.roomy.Broadcast()
 	var soonest time.Duration
 	for started := true; started && !q.closed; {
 		started = false
 		round := q.turn
 		q.turn = nil
-		var went []*fairKey // the keys that started one: back of the line
+		var went []*queueKey // the keys that started one: back of the line
 		for i, k := range round {
 			k.inTurn = false
-			if q.running >= q.lim.total {
+			if q.running >= q.lim.Total {
 				q.requeue(round[i:]) // in order, for the next done
 				q.requeue(went)
 				return
 			}
-			if len(k.waiting) == 0 || k.running >= q.lim.perKey {
+			if len(k.waiting) == 0 || k.running >= q.lim.PerKey {
 				continue
 			}
 			if now := time.Now(); !k.rate.AllowN(now, 1) {
@@ -296,7 +298,7 @@ func (q *fairQueue) pump() {
 				continue
 			}
 			job := k.waiting[0]
-			k.waiting[0] = fairJob{}
+			k.waiting[0] = request{}
 			k.waiting = k.waiting[1:]
 			k.bytes -= job.size
 			q.start(k, job)
@@ -322,9 +324,9 @@ func untilToken(lim *rate.Limiter, now time.Time) time.Duration {
 	return max(time.Duration(missing/float64(lim.Limit())*float64(time.Second)), time.Millisecond)
 }
 
-// close stops starting requests, answers those still waiting unserved,
+// Close stops starting requests, answers those still waiting unserved,
 // and waits for the running ones. Idempotent.
-func (q *fairQueue) close() {
+func (q *Queue) Close() {
 	q.mu.Lock()
 	q.closed = true
 	if q.timer != nil {
@@ -332,7 +334,7 @@ func (q *fairQueue) close() {
 		q.timer = nil
 	}
 	q.roomy.Broadcast()
-	var left []fairJob
+	var left []request
 	for _, k := range q.keys {
 		left = append(left, k.waiting...)
 		k.waiting, k.bytes = nil, 0
