@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
@@ -396,6 +395,9 @@ func (b *Bus) reply(m *nats.Msg, resp []byte) []byte {
 	if err != nil && b.ctx.Err() == nil {
 		b.log.Warn("nats: reply failed", "error", err)
 	}
+	if err == nil && b.server != nil {
+		b.server.published(len(resp)) // it may wait for a session's reader
+	}
 	return resp
 }
 
@@ -406,11 +408,11 @@ func (b *Bus) Subscribers(session string) (int, bool) {
 	if b.server == nil {
 		return 0, false
 	}
-	sz, err := b.server.ns.Subsz(&server.SubszOptions{Subscriptions: true, Test: EventsSubject(session), Limit: 1 << 20})
+	n, err := b.server.subscribers(session)
 	if err != nil {
 		return 0, false
 	}
-	return len(sz.Subs), true
+	return n, true
 }
 
 // Publish implements transport.Bus: the notification goes to the
@@ -514,7 +516,7 @@ func (b *Bus) dialSession(session string) (*servedSession, error) {
 		gate = &gatedConn{Conn: c, fair: b.fair, key: session}
 		return gate, nil
 	})
-	nc, err := nats.Connect("", nats.InProcessServer(gated), nats.UserInfo(serveUser, b.server.servePass),
+	nc, err := nats.Connect("", nats.InProcessServer(gated), nats.UserInfo(b.server.serveCredential()),
 		nats.NoReconnect(), nats.Name("a2a-bus broker: "+SubjectToken(session)),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if b.ctx.Err() == nil { // not the bus's own Close

@@ -1,28 +1,27 @@
 package natsbus
 
 import (
-	"cmp"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
-	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/a2a-bus/a2a-bus/internal/secret"
+	"github.com/a2a-bus/a2a-bus/natsbus/internal/admission"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
+
+// This file and server_*.go are the embedded server: its settings, its
+// accounts, the credentials it issues (server_credentials.go), and how it
+// hands its session connections to the watchdog (package
+// natsbus/internal/admission). The bus (bus.go) and its clients
+// (client.go) use it through the methods here only.
 
 // Named errors of StartServer.
 var (
@@ -71,6 +70,12 @@ type ServerConfig struct {
 	// it by itself, the others with the most waiting. 0 means
 	// DefaultMaxSessionPending.
 	MaxSessionPending int
+	// ReturnMemory gives the memory that cut connections and bursts held
+	// back to the operating system at once when such an episode is over
+	// (debug.FreeOSMemory, which affects the whole process: it stops it
+	// for a moment). Off by default: the garbage is collected then, and
+	// the Go runtime returns the memory at its own pace.
+	ReturnMemory bool
 	// StartTimeout bounds the wait for the server to accept connections.
 	// 0 means 10 seconds.
 	StartTimeout time.Duration
@@ -84,10 +89,6 @@ const (
 	DefaultMaxConnectionsPerSession = 16
 	DefaultMaxSubscriptions         = 4096
 	DefaultMaxSessionPending        = 128 << 20
-	// watchEvery is how often the server looks for session connections
-	// that stopped reading, if anything was delivered meanwhile (and at
-	// once after a burst of publishes).
-	watchEvery = 100 * time.Millisecond
 )
 
 // Server is an embedded NATS server with the project's authentication: a
@@ -110,22 +111,9 @@ type Server struct {
 	users     map[string]*credential            // by user
 	bySession map[string]map[string]*credential // session -> user -> credential
 
-	stop chan struct{} // closed by Close: the watchdog returns
-	kick chan struct{} // wakes the watchdog early: much was published
-	sent atomic.Int64  // bytes published since the watchdog last looked
-	// collecting is set while a collection the watchdog started runs.
-	collecting atomic.Bool
-	looks      atomic.Int64 // the watchdog's looks at the connections
-	wg         sync.WaitGroup
-	closeOnce  sync.Once
-}
-
-// credential is one issued session credential.
-type credential struct {
-	user     string
-	password [32]byte // sha256 of the password
-	session  string
-	clients  map[uint64]bool // connections that authenticated with it
+	// watch bounds what waits for the session connections.
+	watch     *admission.Watchdog
+	closeOnce sync.Once
 }
 
 // StartServer starts the embedded server and waits until it accepts
@@ -161,7 +149,7 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{token: secret.Hex(32), servePass: secret.Hex(32), cfg: cfg, log: cfg.Logger, payload: limits.Payload, users: map[string]*credential{},
-		bySession: map[string]map[string]*credential{}, stop: make(chan struct{}), kick: make(chan struct{}, 1)}
+		bySession: map[string]map[string]*credential{}}
 	opts := &server.Options{
 		ServerName:      "a2a-bus",
 		Host:            host,
@@ -208,7 +196,10 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	addr := ns.Addr().(*net.TCPAddr)
 	s.url = "nats://" + net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port))
-	s.wg.Go(s.watch)
+	s.watch = admission.StartWatchdog(watched{s}, admission.WatchConfig{
+		Conn: cfg.SlowConsumerBytes, Session: cfg.SessionPendingBytes, All: cfg.MaxSessionPending,
+		HoldFor: holdFor, ReturnMemory: cfg.ReturnMemory,
+	})
 	return s, nil
 }
 
@@ -234,6 +225,11 @@ const (
 	// every host a debugger holds.)
 	serverPingInterval = 30 * time.Second
 	serverMaxPingsOut  = 4
+	// holdFor: the server lets go of a cut connection's bytes only when
+	// its last write gives up (a cut flushes first, and a reader that
+	// stopped takes nothing): at its write deadline. The watchdog counts
+	// them as still waiting that long, and a little more.
+	holdFor = writeDeadline + time.Second
 )
 
 // maxPending is the server's per-connection bound on what waits to be
@@ -271,302 +267,6 @@ func (s *Server) linkAccounts() error {
 
 // MaxPayload returns the server's payload limit.
 func (s *Server) MaxPayload() int { return s.payload }
-
-// kickEvery is how many published bytes wake the watchdog before its
-// tick, and kickSize how large one publish must be to wake it by itself:
-// a burst of large notifications is looked at as it lands, not a tick
-// later.
-const (
-	kickEvery = 1 << 20
-	kickSize  = 64 << 10
-)
-
-// published tells the watchdog that n bytes were published.
-func (s *Server) published(n int) {
-	if s.sent.Add(int64(n)) >= kickEvery || n >= kickSize {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// How the watchdog tells a connection that stopped reading, and how long
-// it counts what a cut connection held.
-const (
-	// stallAfter: a session connection with at least stallBytes waiting,
-	// of which the server could write none for this long, has stopped
-	// reading. One that reads takes what waits at loopback speed, and a
-	// few notifications fit in its socket; one that holds less than
-	// stallBytes is left to the other bounds.
-	stallAfter = 100 * time.Millisecond
-	stallBytes = 64 << 10
-	// holdFor: the server lets go of a cut connection's bytes only when
-	// its last write gives up (a cut flushes first, and a reader that
-	// stopped takes nothing): at its write deadline. They count as still
-	// waiting that long, and a little more.
-	holdFor = writeDeadline + time.Second
-)
-
-// watch closes the session connections that stopped reading, so that
-// what waits to be written to them stays within the bounds
-// (SlowConsumerBytes, SessionPendingBytes, MaxSessionPending; see
-// chooseCuts), what cut ones still hold counted in (for holdFor). The
-// host's connections and the broker's are never cut here.
-//
-// It looks at every tick and at once after a burst of publishes (see
-// published); a look at a server that has delivered nothing since the
-// last one reads two counters and nothing more.
-//
-// While session connections hold a backlog, or cut ones their bytes, it
-// also keeps the heap near what is live (see collect), and once that is
-// over it gives the memory back to the system.
-func (s *Server) watch() {
-	tick := time.NewTicker(watchEvery)
-	defer tick.Stop()
-	w := &watchdog{conns: map[uint64]*watchedConn{}, held: map[uint64]heldBytes{}, delivered: -1}
-	for {
-		kicked := false
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-		case <-s.kick:
-			kicked = true
-		}
-		now := time.Now()
-		sent := s.sent.Swap(0)
-		w.burst += sent
-		w.expire(now)
-		if d := s.delivered(); kicked || d < 0 || d != w.delivered {
-			w.delivered = d
-			cuts, waiting := s.look(w, now)
-			w.waiting = waiting
-			if cuts > 0 || (sent > 0 && w.burst >= int64(s.cfg.MaxSessionPending)) {
-				w.busy = now
-			}
-		}
-		if held := w.heldBytes(); held > 0 || w.waiting >= kickEvery {
-			w.busy = now
-			if slack := s.cfg.MaxSessionPending / 8; held+w.waiting >= slack {
-				s.collect(uint64(slack))
-			}
-		}
-		if !w.busy.IsZero() && now.Sub(w.busy) >= time.Second {
-			// What the cut connections and the burst held is garbage
-			// now: once it is over, give it back to the system at once
-			// rather than when the runtime gets round to it.
-			w.busy, w.burst = time.Time{}, 0
-			debug.FreeOSMemory()
-		}
-	}
-}
-
-// watchdog is what watch remembers from one look to the next.
-type watchdog struct {
-	conns     map[uint64]*watchedConn // the session connections, by client id
-	held      map[uint64]heldBytes    // cut connections whose bytes the server may still hold
-	waiting   int                     // bytes waiting for the session connections, at the last look
-	delivered int64                   // the server's deliveries at the last look
-	busy      time.Time               // when it last saw a cut, a backlog or a burst
-	burst     int64                   // bytes published since it last gave memory back
-}
-
-// heldBytes returns what the cut connections still hold.
-func (w *watchdog) heldBytes() int {
-	n := 0
-	for _, h := range w.held {
-		n += h.bytes
-	}
-	return n
-}
-
-// collect starts a collection if the heap has grown by slack over what
-// was live after the last one, and none is under way. While stalled
-// connections hold a backlog, or cut ones their bytes, those bytes are
-// live, and the collector's own pace (GOGC=100) would let the heap grow
-// to twice them before it collects: the bound on what waits would hold
-// for what is live, not for the process.
-func (s *Server) collect(slack uint64) {
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(sample)
-	if sample[0].Value.Kind() != metrics.KindUint64 || sample[1].Value.Kind() != metrics.KindUint64 ||
-		sample[1].Value.Uint64() <= sample[0].Value.Uint64()+slack || !s.collecting.CompareAndSwap(false, true) {
-		return
-	}
-	// On a goroutine of its own: the watchdog goes on looking meanwhile.
-	s.wg.Go(func() {
-		defer s.collecting.Store(false)
-		runtime.GC()
-	})
-}
-
-// watchedConn is a session connection as the watchdog last saw it.
-type watchedConn struct {
-	cid     uint64
-	session string
-	pending int   // bytes waiting to be written
-	written int64 // bytes delivered to it less those waiting
-	// stuck is since when bytes have waited and the server wrote none;
-	// zero while nothing waits or it writes.
-	stuck time.Time
-}
-
-// stalled reports whether c has stopped reading, as seen at now.
-func (c *watchedConn) stalled(now time.Time) bool {
-	return c.pending >= stallBytes && !c.stuck.IsZero() && now.Sub(c.stuck) >= stallAfter
-}
-
-// heldBytes is what a cut connection held, counted until.
-type heldBytes struct {
-	session string
-	bytes   int
-	until   time.Time
-}
-
-// expire forgets what cut connections held once the server has let go of
-// it.
-func (w *watchdog) expire(now time.Time) {
-	for cid, h := range w.held {
-		if !now.Before(h.until) {
-			delete(w.held, cid)
-		}
-	}
-}
-
-// delivered returns a count that changes whenever the server delivers a
-// message to a client of the accounts whose publishers can reach a
-// session: the host's (the notifications) and the sessions' (the
-// replies). It is -1 if the server cannot tell.
-func (s *Server) delivered() int64 {
-	sz, err := s.ns.AccountStatz(&server.AccountStatzOptions{Accounts: []string{server.DEFAULT_GLOBAL_ACCOUNT, sessionsAccount}, IncludeUnused: true})
-	if err != nil {
-		return -1
-	}
-	n := int64(0)
-	for _, a := range sz.Accounts {
-		n += a.Sent.Msgs
-	}
-	return n
-}
-
-// look updates w from the server's connections and cuts what watch says.
-// It returns how many it cut, and the bytes waiting for the session
-// connections it left.
-func (s *Server) look(w *watchdog, now time.Time) (int, int) {
-	s.mu.Lock()
-	sessionOf := map[uint64]string{}
-	for _, cred := range s.users {
-		for id := range cred.clients {
-			sessionOf[id] = cred.session
-		}
-	}
-	s.mu.Unlock()
-	if len(sessionOf) == 0 && len(w.conns) == 0 {
-		return 0, 0
-	}
-	s.looks.Add(1)
-	// All of the account's connections (the limit only cuts the list
-	// short); those that are not a session credential's are the broker's.
-	cz, err := s.ns.Connz(&server.ConnzOptions{Account: sessionsAccount, Limit: math.MaxInt32})
-	if err != nil {
-		return 0, 0
-	}
-	seen := make(map[uint64]*watchedConn, len(sessionOf))
-	var conns []*watchedConn
-	waiting := 0
-	for _, ci := range cz.Conns {
-		session, ok := sessionOf[ci.Cid]
-		if !ok {
-			continue
-		}
-		// What was written: what was delivered less what waits. (What
-		// waits also counts each message's header, so a delivery alone
-		// makes this go down, never up.)
-		written := ci.OutBytes - int64(ci.Pending)
-		c := w.conns[ci.Cid]
-		switch {
-		case c == nil:
-			c = &watchedConn{cid: ci.Cid, session: session}
-		case ci.Pending == 0 || written > c.written:
-			c.stuck = time.Time{}
-		case c.stuck.IsZero():
-			c.stuck = now
-		}
-		c.pending, c.written = ci.Pending, written
-		seen[ci.Cid] = c
-		conns = append(conns, c)
-		waiting += ci.Pending
-	}
-	// A connection gone since the last look, with bytes waiting, was
-	// closed by the server (its bound, its write deadline) or by its
-	// client: what it held counts as held.
-	for cid, c := range w.conns {
-		if _, ok := seen[cid]; !ok && c.pending > 0 {
-			w.held[cid] = heldBytes{session: c.session, bytes: c.pending, until: now.Add(holdFor)}
-		}
-	}
-	w.conns = seen
-	cuts := chooseCuts(conns, w.held, cutLimits{conn: s.cfg.SlowConsumerBytes, session: s.cfg.SessionPendingBytes, all: s.cfg.MaxSessionPending}, now)
-	for _, c := range cuts {
-		s.log.Warn("closing a session connection that stopped reading", "session", c.session, "pendingBytes", c.pending)
-		_ = s.ns.DisconnectClientByID(c.cid)
-		w.held[c.cid] = heldBytes{session: c.session, bytes: c.pending, until: now.Add(holdFor)}
-		delete(w.conns, c.cid)
-		waiting -= c.pending
-	}
-	return len(cuts), waiting
-}
-
-// cutLimits are the watchdog's bounds on bytes waiting to be written: to
-// one session connection, to one session's, to all of them.
-type cutLimits struct{ conn, session, all int }
-
-// chooseCuts returns the connections to cut, largest first:
-//   - one with more than lim.conn waiting;
-//   - while what waits for its session's connections, or for all of them,
-//     is over their bound by itself: the largest, until it is within;
-//   - while its session, with what its cut connections still hold, is
-//     over its bound: one with stallBytes waiting (its session's own
-//     connections are what holds it);
-//   - while all sessions, with what cut connections still hold, are over
-//     their bound: one that stopped reading (it would only add to it).
-//
-// Cutting moves what a connection waits for to what cut ones hold, so a
-// bound passed with what they hold stays passed until the server lets go
-// of it.
-func chooseCuts(conns []*watchedConn, held map[uint64]heldBytes, lim cutLimits, now time.Time) []*watchedConn {
-	live, kept := map[string]int{}, map[string]int{}
-	liveAll, keptAll := 0, 0
-	for _, c := range conns {
-		live[c.session] += c.pending
-		liveAll += c.pending
-	}
-	for _, h := range held {
-		kept[h.session] += h.bytes
-		keptAll += h.bytes
-	}
-	slices.SortStableFunc(conns, func(a, b *watchedConn) int { return cmp.Compare(b.pending, a.pending) })
-	var cuts []*watchedConn
-	for _, c := range conns {
-		if c.pending == 0 {
-			break
-		}
-		s := c.session
-		cut := c.pending > lim.conn || live[s] > lim.session || liveAll > lim.all ||
-			(c.pending >= stallBytes && live[s]+kept[s] > lim.session) ||
-			(c.stalled(now) && liveAll+keptAll > lim.all)
-		if !cut {
-			continue
-		}
-		cuts = append(cuts, c)
-		live[s] -= c.pending
-		liveAll -= c.pending
-		kept[s] += c.pending
-		keptAll += c.pending
-	}
-	return cuts
-}
 
 // CheckListen reports whether a Listen setting would be accepted:
 // ErrBadListen for an address that is not host:port, ErrNotLoopback for
@@ -614,119 +314,9 @@ func listenAddr(listen string, allowRemote bool) (string, int, error) {
 // URL returns the server's client URL, without credentials.
 func (s *Server) URL() string { return s.url }
 
-// serveUser is the user of the broker's connections that serve sessions;
-// session credentials' users are hex, so never this.
-const serveUser = "a2a-bus-broker"
-
-// Token returns the host credential. Keep it secret: it opens everything.
-func (s *Server) Token() string { return s.token }
-
 // InProcessConn implements nats.InProcessConnProvider: in-process clients
 // connect without TCP.
 func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
-
-// Check implements server.Authentication.
-func (s *Server) Check(c server.ClientAuthentication) bool {
-	if c.Kind() != server.CLIENT {
-		return false
-	}
-	opts := c.GetOpts()
-	if opts.Token != "" {
-		if subtle.ConstantTimeCompare([]byte(opts.Token), []byte(s.token)) == 1 {
-			c.RegisterUser(&server.User{Username: "host"})
-			return true
-		}
-		return false
-	}
-	if opts.Username == "" {
-		return false
-	}
-	if opts.Username == serveUser {
-		if subtle.ConstantTimeCompare([]byte(opts.Password), []byte(s.servePass)) == 1 {
-			c.RegisterUser(&server.User{Username: serveUser, Account: s.sessions})
-			return true
-		}
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cred := s.users[opts.Username]
-	h := sha256.Sum256([]byte(opts.Password))
-	if cred == nil || subtle.ConstantTimeCompare(cred.password[:], h[:]) != 1 {
-		return false
-	}
-	if n := s.liveClients(cred.session); n >= s.cfg.MaxConnectionsPerSession {
-		s.log.Warn("session connection refused: too many open", "session", cred.session, "limit", s.cfg.MaxConnectionsPerSession)
-		return false
-	}
-	cred.clients[c.GetID()] = true
-	c.RegisterUser(&server.User{Username: cred.user, Permissions: sessionPermissions(cred.session), Account: s.sessions})
-	return true
-}
-
-// liveClients counts the open connections of a session's credentials,
-// forgetting those that closed. s.mu is held.
-func (s *Server) liveClients(session string) int {
-	n := 0
-	for _, cred := range s.bySession[session] {
-		for id := range cred.clients {
-			if s.ns.GetClient(id) == nil {
-				delete(cred.clients, id)
-				continue
-			}
-			n++
-		}
-	}
-	return n
-}
-
-// sessionPermissions are what a session credential may do: request on its
-// rpc subject, receive its events and its replies, answer requests it
-// receives. The server enforces them.
-func sessionPermissions(session string) *server.Permissions {
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{RPCSubject(session)}},
-		Subscribe: &server.SubjectPermission{Allow: []string{EventsSubject(session), SessionInbox(session) + ".>"}},
-		Response:  &server.ResponsePermission{},
-	}
-}
-
-// OpenSession issues a new credential for a session.
-func (s *Server) OpenSession(session string) wire.SessionCredentials {
-	user, password := secret.Hex(16), secret.Hex(32)
-	cred := &credential{user: user, password: sha256.Sum256([]byte(password)), session: session, clients: map[uint64]bool{}}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.users[user] = cred
-	m := s.bySession[session]
-	if m == nil {
-		m = map[string]*credential{}
-		s.bySession[session] = m
-	}
-	m[user] = cred
-	return wire.SessionCredentials{URL: s.url, User: user, Password: password}
-}
-
-// CloseSession revokes every credential of a session and closes the
-// connections made with them. A client of the session then sees its
-// connection close, and its reconnects refused (authorization
-// violation).
-func (s *Server) CloseSession(session string) {
-	s.mu.Lock()
-	creds := s.bySession[session]
-	delete(s.bySession, session)
-	var clients []uint64
-	for user, cred := range creds {
-		delete(s.users, user)
-		for id := range cred.clients {
-			clients = append(clients, id)
-		}
-	}
-	s.mu.Unlock()
-	for _, id := range clients {
-		_ = s.ns.DisconnectClientByID(id) // gone already: nothing to do
-	}
-}
 
 // drain waits, for up to timeout, until the server has written to its
 // clients everything it holds for them, and its clients have sent it
@@ -760,10 +350,64 @@ func (s *Server) drain(timeout time.Duration) {
 // Idempotent.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
-		close(s.stop)
-		s.wg.Wait()
+		s.watch.Close()
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
 	})
 	return nil
+}
+
+// published tells the watchdog that the bus published n bytes that may
+// be delivered to session connections: a notification, a reply.
+func (s *Server) published(n int) { s.watch.Published(n) }
+
+// subscribers counts the subscriptions that match a session's events
+// subject (wildcards, and the server's own that carry them from the
+// host's account, included).
+func (s *Server) subscribers(session string) (int, error) {
+	sz, err := s.ns.Subsz(&server.SubszOptions{Subscriptions: true, Test: EventsSubject(session), Limit: 1 << 20})
+	if err != nil {
+		return 0, err
+	}
+	return len(sz.Subs), nil
+}
+
+// watched is the server as its watchdog sees it: the connections of
+// session credentials (the broker's own connections in the sessions
+// account, and the host's, are never cut).
+type watched struct{ s *Server }
+
+// SessionConns implements admission.Server.
+func (w watched) SessionConns() []admission.Conn {
+	s := w.s
+	s.mu.Lock()
+	sessionOf := map[uint64]string{}
+	for _, cred := range s.users {
+		for id := range cred.clients {
+			sessionOf[id] = cred.session
+		}
+	}
+	s.mu.Unlock()
+	if len(sessionOf) == 0 {
+		return nil
+	}
+	// All of the account's connections (the limit only cuts the list
+	// short); those that are not a session credential's are the broker's.
+	cz, err := s.ns.Connz(&server.ConnzOptions{Account: sessionsAccount, Limit: math.MaxInt32})
+	if err != nil {
+		return nil
+	}
+	conns := make([]admission.Conn, 0, len(sessionOf))
+	for _, ci := range cz.Conns {
+		if session, ok := sessionOf[ci.Cid]; ok {
+			conns = append(conns, admission.Conn{ID: ci.Cid, Session: session, Pending: ci.Pending, Out: ci.OutBytes})
+		}
+	}
+	return conns
+}
+
+// Cut implements admission.Server.
+func (w watched) Cut(c admission.Conn) {
+	w.s.log.Warn("closing a session connection that stopped reading", "session", c.Session, "pendingBytes", c.Pending)
+	_ = w.s.ns.DisconnectClientByID(c.ID) // gone already: nothing to do
 }
