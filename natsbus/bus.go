@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strings"
@@ -37,6 +38,9 @@ const (
 	// flood that would take the machine's CPU from everyone else.
 	DefaultSessionRate  = 10000
 	DefaultSessionBurst = 1000
+	// NoSessionRate, as Config.SessionRate, lifts the bound on requests
+	// per second.
+	NoSessionRate = math.MaxFloat64
 )
 
 // waitingBytesPerSession bounds the bytes of a session's requests that
@@ -48,7 +52,7 @@ const waitingBytesPerSession = 4
 const hostKey = "\x00host"
 
 // Config configures the broker side. The zero value embeds a server on
-// 127.0.0.1.
+// 127.0.0.1, with every bound at its default.
 type Config struct {
 	// URL of an existing NATS server or cluster to use instead of
 	// embedding one ("nats://user:pass@host:4222"); its operator configures
@@ -58,7 +62,8 @@ type Config struct {
 	CredsFile string
 	// Server configures the embedded server.
 	Server ServerConfig
-	// MaxMessageBytes is the protocol's message limit. 0 means
+	// MaxMessageBytes is the protocol's message limit, and the embedded
+	// server's (New sets Server.MaxMessageBytes to it). 0 means
 	// wire.DefaultMaxMessageBytes.
 	MaxMessageBytes int
 	// MaxInFlight bounds the requests handled at once. 0 means
@@ -76,7 +81,7 @@ type Config struct {
 	// SessionRate bounds the requests per second served to one session;
 	// the others wait their turn. Host requests (the token) have no such
 	// bound. 0 means DefaultSessionRate, with bursts of
-	// DefaultSessionBurst; negative lifts the bound.
+	// DefaultSessionBurst; NoSessionRate (or +Inf) lifts the bound.
 	SessionRate float64
 	// CloseGrace is how long Close lets the requests being served finish
 	// before it cancels them. 0 means DefaultCloseGrace.
@@ -87,6 +92,67 @@ type Config struct {
 
 // DefaultCloseGrace is Close's wait for the requests being served.
 const DefaultCloseGrace = 5 * time.Second
+
+// Validate reports the settings New refuses: ErrBadConfig for a negative
+// bound, a message limit out of range (wire.Limits.Valid), a SessionRate
+// that is negative or not a number, a Server.MaxMessageBytes other than
+// MaxMessageBytes, a CredsFile without URL; and, when the server is
+// embedded, what Server.Validate reports.
+func (c Config) Validate() error {
+	errs := negatives(map[string]int64{
+		"MaxMessageBytes": int64(c.MaxMessageBytes), "MaxInFlight": int64(c.MaxInFlight),
+		"MaxInFlightPerSession": int64(c.MaxInFlightPerSession), "MaxWaitingPerSession": int64(c.MaxWaitingPerSession),
+		"CloseGrace": int64(c.CloseGrace),
+	})
+	if err := validMessageBytes(c.MaxMessageBytes); err != nil {
+		errs = append(errs, err)
+	}
+	if c.SessionRate < 0 || math.IsNaN(c.SessionRate) {
+		errs = append(errs, fmt.Errorf("%w: SessionRate is %v; 0 means DefaultSessionRate, NoSessionRate lifts the bound", ErrBadConfig, c.SessionRate))
+	}
+	if c.Server.MaxMessageBytes != 0 && c.Server.MaxMessageBytes != c.MaxMessageBytes {
+		errs = append(errs, fmt.Errorf("%w: Server.MaxMessageBytes is %d, MaxMessageBytes %d: set MaxMessageBytes only", ErrBadConfig, c.Server.MaxMessageBytes, c.MaxMessageBytes))
+	}
+	if c.URL == "" {
+		if c.CredsFile != "" {
+			errs = append(errs, fmt.Errorf("%w: CredsFile is for an external server (URL)", ErrBadConfig))
+		}
+		if err := c.Server.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with its zero fields at their defaults.
+func (c Config) withDefaults() Config {
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = wire.DefaultMaxMessageBytes
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxInFlightPerSession == 0 {
+		c.MaxInFlightPerSession = DefaultMaxInFlightPerSession
+	}
+	if c.MaxWaitingPerSession == 0 {
+		c.MaxWaitingPerSession = DefaultMaxWaitingPerSession
+	}
+	if c.SessionRate == 0 {
+		c.SessionRate = DefaultSessionRate
+	}
+	if c.CloseGrace == 0 {
+		c.CloseGrace = DefaultCloseGrace
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	c.Server.MaxMessageBytes = c.MaxMessageBytes
+	if c.Server.Logger == nil {
+		c.Server.Logger = c.Logger
+	}
+	return c
+}
 
 // Bus is the broker side over NATS. It implements transport.Bus and
 // transport.HostMethodProvider (a2a.sessions.* when it embeds the server).
@@ -133,29 +199,12 @@ var (
 )
 
 // New starts the broker side: it embeds a server, or connects to cfg.URL.
+// It refuses what cfg.Validate refuses.
 func New(cfg Config) (*Bus, error) {
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.MaxInFlightPerSession <= 0 {
-		cfg.MaxInFlightPerSession = DefaultMaxInFlightPerSession
-	}
-	if cfg.MaxWaitingPerSession <= 0 {
-		cfg.MaxWaitingPerSession = DefaultMaxWaitingPerSession
-	}
-	if cfg.CloseGrace <= 0 {
-		cfg.CloseGrace = DefaultCloseGrace
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	cfg.Server.MaxMessageBytes = cfg.MaxMessageBytes
-	if cfg.Server.Logger == nil {
-		cfg.Server.Logger = cfg.Logger
-	}
+	cfg = cfg.withDefaults()
 	b := &Bus{cfg: cfg, log: cfg.Logger, clients: map[*Client]struct{}{}, served: map[string]*servedSession{},
 		svc: newService(RPCPrefix+"*", HostRPC),
 		fair: admission.NewQueue(admission.Limits{
@@ -209,11 +258,10 @@ func New(cfg Config) (*Bus, error) {
 	return b, nil
 }
 
+// sessionRate is the fair queue's rate for Config.SessionRate (its
+// default set).
 func sessionRate(r float64) rate.Limit {
-	switch {
-	case r == 0:
-		return DefaultSessionRate
-	case r < 0:
+	if r >= NoSessionRate || math.IsInf(r, 1) {
 		return rate.Inf
 	}
 	return rate.Limit(r)
@@ -547,8 +595,8 @@ type inProcessFunc func() (net.Conn, error)
 func (f inProcessFunc) InProcessConn() (net.Conn, error) { return f() }
 
 // gatedConn is the broker's end of a session's connection: it reads only
-// while the session has room for more requests waiting (Queue.Wait), or
-// once it is closed.
+// while the session has room for more requests waiting (Queue.Wait),
+// or once it is closed.
 type gatedConn struct {
 	net.Conn
 	fair    *admission.Queue
@@ -615,8 +663,8 @@ func (b *Bus) RevokeSession(_ context.Context, session string) error {
 	return nil
 }
 
-// Connect returns an in-process client with the host credential: no TCP.
-// Only for an embedded server. Bus.Close closes it too. Unless
+// Connect returns an in-process client with the host credential (cfg
+// gives none): no TCP. Only for an embedded server. Bus.Close closes it too. Unless
 // cfg.NoReconnect, the client makes its connection again when the server
 // cuts it (a reader that fell behind), as a client over TCP does.
 func (b *Bus) Connect(cfg ClientConfig) (*Client, error) {

@@ -19,9 +19,11 @@ import (
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// ClientConfig configures the session side. Give exactly one credential:
-// Token (the host's: any session, and host calls), User and Password with
-// Session (a session credential from a2a.sessions.open), or CredsFile.
+// ClientConfig configures the session side. Give one credential: Token
+// (the host's: any session, and host calls), User and Password with
+// Session (a session credential from a2a.sessions.open), or CredsFile; or
+// none, for a URL that carries one. The zero values of the other fields
+// are their defaults.
 type ClientConfig struct {
 	// URL of the NATS server ("nats://127.0.0.1:4222").
 	URL string
@@ -50,6 +52,33 @@ type ClientConfig struct {
 	inProcess nats.InProcessConnProvider
 	// relinkWait, when set (tests), replaces relinkWait.
 	relinkWait time.Duration
+}
+
+// Validate reports the settings Dial refuses (ErrBadConfig): more than
+// one credential, a Password without a User, a session credential
+// without its Session, a negative MaxMessageBytes or Buffer, a message
+// limit out of range (wire.Limits.Valid).
+func (c ClientConfig) Validate() error {
+	errs := negatives(map[string]int64{"MaxMessageBytes": int64(c.MaxMessageBytes), "Buffer": int64(c.Buffer)})
+	if err := validMessageBytes(c.MaxMessageBytes); err != nil {
+		errs = append(errs, err)
+	}
+	given := 0
+	for _, set := range []bool{c.Token != "", c.User != "", c.CredsFile != ""} {
+		if set {
+			given++
+		}
+	}
+	if given > 1 {
+		errs = append(errs, fmt.Errorf("%w: give one credential: Token, User and Password, or CredsFile", ErrBadConfig))
+	}
+	if c.Password != "" && c.User == "" {
+		errs = append(errs, fmt.Errorf("%w: a Password needs its User", ErrBadConfig))
+	}
+	if c.User != "" && c.Session == "" {
+		errs = append(errs, fmt.Errorf("%w: a session credential needs its Session", ErrBadConfig))
+	}
+	return errors.Join(errs...)
 }
 
 // flushTimeout bounds Subscribe's wait for the server when its context
@@ -277,9 +306,12 @@ var (
 	_ transport.HostCaller = (*Client)(nil)
 )
 
-// Dial connects a client.
+// Dial connects a client. It refuses what cfg.Validate refuses.
 func Dial(cfg ClientConfig) (*Client, error) {
-	if cfg.MaxMessageBytes <= 0 {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
 	}
 	if cfg.Logger == nil {
@@ -300,9 +332,6 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	case cfg.Token != "":
 		opts = append(opts, nats.Token(cfg.Token))
 	case cfg.User != "":
-		if cfg.Session == "" {
-			return nil, errors.New("natsbus: a session credential needs its Session")
-		}
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password), nats.CustomInboxPrefix(SessionInbox(cfg.Session)))
 	case cfg.CredsFile != "":
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))

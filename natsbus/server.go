@@ -31,8 +31,12 @@ var (
 	ErrBadListen = errors.New("natsbus: bad listen address")
 )
 
+// ErrBadConfig is returned by the Validate methods, and so by New,
+// StartServer and Dial, for a setting out of its range.
+var ErrBadConfig = errors.New("natsbus: bad configuration")
+
 // ServerConfig configures the embedded NATS server. The zero value listens
-// on 127.0.0.1 on a port the OS picks.
+// on 127.0.0.1 on a port the OS picks, with every bound at its default.
 type ServerConfig struct {
 	// Listen is the TCP address for clients in other processes, "host:port"
 	// ("127.0.0.1:0" picks a free port). "" means 127.0.0.1 and a free port.
@@ -43,7 +47,8 @@ type ServerConfig struct {
 	// MaxMessageBytes is the protocol's message limit. The server carries
 	// payloads up to wire.NewLimits(MaxMessageBytes).Payload, so that the
 	// broker itself answers an oversized request with -32600 and every
-	// response fits. 0 means wire.DefaultMaxMessageBytes.
+	// response fits. 0 means wire.DefaultMaxMessageBytes. (New sets it to
+	// Config.MaxMessageBytes.)
 	MaxMessageBytes int
 	// MaxConnectionsPerSession bounds the connections open at once with
 	// the credentials of one session; more are refused at authentication.
@@ -77,7 +82,7 @@ type ServerConfig struct {
 	// the Go runtime returns the memory at its own pace.
 	ReturnMemory bool
 	// StartTimeout bounds the wait for the server to accept connections.
-	// 0 means 10 seconds.
+	// 0 means DefaultStartTimeout.
 	StartTimeout time.Duration
 	// Logger receives the server's logs (its notices at debug level).
 	// nil discards them.
@@ -89,7 +94,60 @@ const (
 	DefaultMaxConnectionsPerSession = 16
 	DefaultMaxSubscriptions         = 4096
 	DefaultMaxSessionPending        = 128 << 20
+	DefaultStartTimeout             = 10 * time.Second
 )
+
+// Validate reports the settings StartServer refuses: ErrBadConfig for a
+// negative bound or a message limit out of range (wire.Limits.Valid),
+// ErrBadListen or ErrNotLoopback for the Listen address (CheckListen).
+func (c ServerConfig) Validate() error {
+	errs := negatives(map[string]int64{
+		"MaxMessageBytes": int64(c.MaxMessageBytes), "MaxConnectionsPerSession": int64(c.MaxConnectionsPerSession),
+		"MaxSubscriptions": int64(c.MaxSubscriptions), "SlowConsumerBytes": int64(c.SlowConsumerBytes),
+		"SessionPendingBytes": int64(c.SessionPendingBytes), "MaxSessionPending": int64(c.MaxSessionPending),
+		"StartTimeout": int64(c.StartTimeout),
+	})
+	if err := validMessageBytes(c.MaxMessageBytes); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxSubscriptions > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("%w: MaxSubscriptions %d is over %d", ErrBadConfig, c.MaxSubscriptions, math.MaxInt32))
+	}
+	if err := CheckListen(c.Listen, c.AllowRemote); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns c with its zero fields at their defaults.
+func (c ServerConfig) withDefaults() ServerConfig {
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = wire.DefaultMaxMessageBytes
+	}
+	limits := wire.NewLimits(c.MaxMessageBytes)
+	if c.StartTimeout == 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxConnectionsPerSession == 0 {
+		c.MaxConnectionsPerSession = DefaultMaxConnectionsPerSession
+	}
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.SlowConsumerBytes == 0 {
+		c.SlowConsumerBytes = 2 * limits.Payload
+	}
+	if c.SessionPendingBytes == 0 {
+		c.SessionPendingBytes = 4 * limits.Payload
+	}
+	if c.MaxSessionPending == 0 {
+		c.MaxSessionPending = DefaultMaxSessionPending
+	}
+	return c
+}
 
 // Server is an embedded NATS server with the project's authentication: a
 // host token that may do anything, and per-session credentials that may
@@ -119,31 +177,11 @@ type Server struct {
 // StartServer starts the embedded server and waits until it accepts
 // connections.
 func StartServer(cfg ServerConfig) (*Server, error) {
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.StartTimeout <= 0 {
-		cfg.StartTimeout = 10 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg = cfg.withDefaults()
 	limits := wire.NewLimits(cfg.MaxMessageBytes)
-	if cfg.MaxConnectionsPerSession <= 0 {
-		cfg.MaxConnectionsPerSession = DefaultMaxConnectionsPerSession
-	}
-	if cfg.MaxSubscriptions <= 0 {
-		cfg.MaxSubscriptions = DefaultMaxSubscriptions
-	}
-	if cfg.SlowConsumerBytes <= 0 {
-		cfg.SlowConsumerBytes = 2 * limits.Payload
-	}
-	if cfg.SessionPendingBytes <= 0 {
-		cfg.SessionPendingBytes = 4 * limits.Payload
-	}
-	if cfg.MaxSessionPending <= 0 {
-		cfg.MaxSessionPending = DefaultMaxSessionPending
-	}
 	host, port, err := listenAddr(cfg.Listen, cfg.AllowRemote)
 	if err != nil {
 		return nil, err
