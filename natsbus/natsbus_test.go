@@ -1,13 +1,13 @@
 package natsbus_test
 
 import (
-	"encoding/json"
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,33 +68,72 @@ func TestConformanceTCPLoopback(t *testing.T) {
 }
 
 // externalServer runs a real nats-server process, built from the module,
-// with token authentication, and returns its URL and token.
+// with token authentication, and returns its URL and token once it says
+// it is ready.
 func externalServer(t *testing.T) (url, token string) {
 	t.Helper()
 	bin := testbin.Build(t, "github.com/nats-io/nats-server/v2")
-	dir := t.TempDir()
 	token = "0123456789abcdef0123456789abcdef"
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", "-1", "--auth", token, "--ports_file_dir", dir)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	log := &serverLog{ready: make(chan struct{})}
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", "-1", "--auth", token)
+	cmd.Stdout, cmd.Stderr = io.Discard, log
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		files, _ := filepath.Glob(filepath.Join(dir, "*.ports"))
-		if len(files) > 0 {
-			data, err := os.ReadFile(files[0])
-			var ports struct{ Nats []string }
-			if err == nil && json.Unmarshal(data, &ports) == nil && len(ports.Nats) > 0 {
-				return ports.Nats[0], token
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-log.ready:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("nats-server did not start: %s", log.lines())
 	}
-	t.Fatal("nats-server did not start")
-	return "", ""
+	url = log.clientURL()
+	require.NotEmpty(t, url, "nats-server logged no client address: %s", log.lines())
+	return url, token
+}
+
+// serverLog reads a nats-server's log as it writes it: its client
+// address, and when it is ready.
+type serverLog struct {
+	mu    sync.Mutex
+	all   []byte
+	line  []byte
+	url   string
+	ready chan struct{}
+	once  sync.Once
+}
+
+func (l *serverLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, p...)
+	l.line = append(l.line, p...)
+	for {
+		i := bytes.IndexByte(l.line, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(l.line[:i])
+		l.line = l.line[i+1:]
+		if _, addr, ok := strings.Cut(line, "Listening for client connections on "); ok {
+			l.url = "nats://" + strings.TrimSpace(addr)
+		}
+		if strings.Contains(line, "Server is ready") {
+			l.once.Do(func() { close(l.ready) })
+		}
+	}
+}
+
+func (l *serverLog) clientURL() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.url
+}
+
+func (l *serverLog) lines() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.all)
 }
 
 func TestConformanceExternalServer(t *testing.T) {
