@@ -401,12 +401,12 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 // answering it cannot cost more than serving everyone else.
 const busyAnswers = 1000
 
-// busy returns the A2A_BUSY response to the request with this id. The
-// error object is encoded once.
 // busyProblem is the error an A2A_BUSY answer counts as, without reading
 // the answer back.
 var busyProblem = fmt.Sprintf("%d %s", wire.ErrBusy.Code, wire.CodeBusy)
 
+// busy returns the A2A_BUSY response to the request with this id. The
+// error object is encoded once.
 func (b *Bus) busy(id json.RawMessage) []byte {
 	b.busyOnce.Do(func() {
 		b.busyErr, _ = json.Marshal(wire.ErrBusy.Withf(
