@@ -97,6 +97,11 @@ func TestChooseCuts(t *testing.T) {
 	}
 }
 
+// The watchdog's tests below run in a synctest bubble, on a fake server:
+// time.Sleep moves the bubble's clock on at once (an hour idle costs
+// nothing), and synctest.Wait returns once the watchdog has done what
+// that time asks of it and waits again.
+
 // fakeServer is a server whose session connections the test sets.
 type fakeServer struct {
 	mu      sync.Mutex
