@@ -21,7 +21,7 @@ import (
 // accounts, the credentials it issues (server_credentials.go), and how it
 // hands its session connections to the watchdog (package
 // natsbus/internal/admission). The bus (bus.go) and its clients
-// (client.go) use it through the methods here only.
+// (client.go) use it through its methods only, never its fields.
 
 // Named errors of StartServer.
 var (
