@@ -153,8 +153,6 @@ type method struct {
 	serve func(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error)
 }
 
-// New starts a broker on bus: it calls bus.Serve with itself. Whoever made
-// bus closes it, before closing the broker.
 // withDefaults fills in the zero fields of cfg.
 func (cfg Config) withDefaults() Config {
 	if cfg.Store == nil {

@@ -7,10 +7,9 @@
 // Pebble was chosen over bbolt, which the store used before, because a
 // commit there is one append to a preallocated, recycled log and one
 // fdatasync: bbolt rewrites the B+tree pages a change touches and syncs
-// twice (its pages, then its meta page). On the same disk a lone create
-// took 2.0-2.2 × one append+fdatasync of its bytes with the bbolt store
-// (1.6 × for a bare bbolt put), 1.03-1.16 × with this one.
-// Pebble also compacts in the background without stopping commits, checks
+// twice (its pages, then its meta page): a lone create costs little more
+// than one append and one fdatasync of its bytes here, and markedly more
+// there (go run ./bench measures both). Pebble also compacts in the background without stopping commits, checks
 // every block and log record by checksum, and tells a torn log tail (a
 // change never acknowledged) from damage in the middle.
 //
@@ -412,9 +411,9 @@ func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
 	// defaults each compaction of level 0 rewrote all of the level below.
 	// Flushes split into files of 256 KiB (not 4 MiB), which overlap
 	// fewer files below, and level 0 compacts at 8 sub-levels deep rather
-	// than 4, so each compaction carries more: with 64 senders creating
-	// 300,000 tasks, 1.7 bytes written to disk per byte logged instead of
-	// 2.8, and 30 % more creates a second. Writes stop only at 24 deep
+	// than 4, so each compaction carries more: fewer bytes written to disk
+	// per byte logged, and more creates a second under many senders
+	// (BenchmarkCreate measures it). Writes stop only at 24 deep
 	// (Pebble's default is 12), so that the later start does not bring a
 	// stall nearer.
 	o.FlushSplitBytes = 256 << 10
@@ -717,13 +716,12 @@ const maxLingerSkip = 64
 //
 // Under load, the changes that arrive while one sync runs wait for the
 // next, and senders that each wait for their change split into cohorts
-// that each get a sync of their own: 64 senders shared one sync about
-// 16 at a time. So after a sync of lingerMin changes or more, the
-// syncer waits for as many as that sync carried, for at most lingerFor:
-// the senders it has just answered are back within that, and the
-// cohorts merge. With 16 and 64 senders creating tasks, that made
-// 23-45 % and 13-22 % more creates a second, at a lower p50 latency (go
-// test -bench, old and new interleaved). Where changes do not come from
+// that each get a sync of their own, sharing it with only a part of the
+// others. So after a sync of lingerMin changes or more, the syncer waits
+// for as many as that sync carried, for at most lingerFor: the senders
+// it has just answered are back within that, and the cohorts merge, for
+// more creates a second at a lower median latency with many senders
+// (BenchmarkCreate measures it). Where changes do not come from
 // senders waiting on their answers (a steady stream), a wait runs out
 // instead and only adds latency: after one that did, the syncer goes
 // 1, then 2, 4, ... up to maxLingerSkip syncs without waiting, until a
