@@ -142,20 +142,41 @@ func (m *Memory) FindSend(_ context.Context, instance, key string) (*Record, err
 	return r.Clone(), nil
 }
 
-// Update implements Store.
+// Update implements Store: fn runs without the lock, on a copy of the
+// stored record, which is kept only if the task still holds that record
+// (a stored record is never changed, only replaced).
 func (m *Memory) Update(_ context.Context, id string, fn func(*Record) error) (*Record, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrClosed
+	for {
+		out, retry, err := m.update(id, fn)
+		if !retry {
+			return out, err
+		}
 	}
+}
+
+// update is one try of Update: retry when the task changed meanwhile.
+func (m *Memory) update(id string, fn func(*Record) error) (out *Record, retry bool, err error) {
+	m.mu.RLock()
 	r, ok := m.tasks[id]
-	if !ok {
-		return nil, ErrNotFound
+	closed := m.closed
+	m.mu.RUnlock()
+	switch {
+	case closed:
+		return nil, false, ErrClosed
+	case !ok:
+		return nil, false, ErrNotFound
 	}
 	c := r.Clone()
 	if err := fn(c); err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, false, ErrClosed
+	}
+	if m.tasks[id] != r {
+		return nil, true, nil
 	}
 	wasOpen, isOpen := r.Task.Status.State.Open(), c.Task.Status.State.Open()
 	switch {
@@ -168,7 +189,7 @@ func (m *Memory) Update(_ context.Context, id string, fn func(*Record) error) (*
 		m.openByContext[r.Task.ContextID]++
 	}
 	m.tasks[id] = c
-	return c.Clone(), nil
+	return c.Clone(), false, nil
 }
 
 // List implements Store. It sorts the selected tasks' pointers, then

@@ -9,6 +9,7 @@ import (
 
 func TestMemory(t *testing.T) {
 	storetest.Run(t, func(*testing.T) store.Tasks { return store.NewMemory() })
+	storetest.RunUpdate(t, func(*testing.T) store.Tasks { return store.NewMemory() })
 }
 
 func TestMemoryRegistrySuite(t *testing.T) {

@@ -218,10 +218,18 @@ type Tasks interface {
 	// is found for as long as it is stored: until Prune deletes it.
 	FindSend(ctx context.Context, instance, key string) (*Record, error)
 
-	// Update applies fn to the task with this id and stores the result,
-	// atomically with respect to every other call. An error from fn
-	// aborts the update and is returned as it is. fn must not change the
-	// task's id or its members. It returns the stored result.
+	// Update applies fn to a copy of the task with this id and stores
+	// the result, atomically with respect to every other call: the result
+	// is stored only if the task has not changed since Update read it;
+	// if it has, Update reads it again and applies fn again. fn runs on
+	// the caller's goroutine, with no lock of the store held, so it must
+	// not call the store; and, since it may run more than once, it must
+	// depend on the record it is given and on nothing an earlier run of
+	// it did. It must not change the task's id or its members. An error
+	// from fn aborts the update and is returned as it is, once the task
+	// fn saw is as durable as a change (a task read before its last
+	// change was acknowledged is not judged on that change alone). It
+	// returns the stored result; ErrNotFound when there is no such task.
 	Update(ctx context.Context, id string, fn func(*Record) error) (*Record, error)
 
 	// List returns the tasks q selects in id order, after q.After, as

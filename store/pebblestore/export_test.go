@@ -63,3 +63,18 @@ func Shut(s *Store) <-chan struct{} { return s.shut }
 
 // WaitingForRoom is how many writes wait for room on the disk.
 func WaitingForRoom(s *Store) int { return s.disk.waiters() }
+
+// Hold keeps the committer busy with a change of its own, which writes
+// nothing, until release: the changes made meanwhile queue behind it.
+func Hold(s *Store) (release func()) {
+	let, started, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		s.run(context.Background(), func(*tx) error { close(started); <-let; return nil })
+	}()
+	<-started
+	return func() { close(let); <-done }
+}
+
+// Applied is how many applied batches wait for the syncer.
+func Applied(s *Store) int { return len(s.applied) }

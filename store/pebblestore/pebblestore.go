@@ -22,6 +22,7 @@ package pebblestore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -650,10 +651,15 @@ func (s *Store) commit() {
 		if len(batch) == 0 {
 			continue
 		}
-		g := &group{ops: slices.Clone(batch), results: make([]error, len(batch))}
+		g := &group{ops: make([]*op, 0, len(batch)), results: make([]error, 0, len(batch))}
+		var changed []*op // updates of tasks changed since they were read
 		t := &tx{Batch: s.db.Load().NewIndexedBatch(), counts: s.counts, pending: map[string]uint64{}, maxID: s.maxID}
-		for i, o := range batch {
-			g.results[i] = o.fn(t)
+		for _, o := range batch {
+			if err := o.fn(t); errors.Is(err, errChanged) {
+				changed = append(changed, o)
+			} else {
+				g.ops, g.results = append(g.ops, o), append(g.results, err)
+			}
 		}
 		s.wmu.Lock()
 		err = s.failed()
@@ -684,7 +690,14 @@ func (s *Store) commit() {
 			}
 		}
 		s.cmu.Unlock()
-		s.applied <- g
+		// An update that wrote nothing, for its task had changed, is
+		// tried again at once: it waits for no sync.
+		for _, o := range changed {
+			o.done <- errChanged
+		}
+		if len(g.ops) > 0 {
+			s.applied <- g
+		}
 	}
 }
 
@@ -1231,33 +1244,92 @@ func (s *Store) FindSend(_ context.Context, instance, key string) (*store.Record
 	return rec, err
 }
 
-// Update implements store.Store. fn runs inside the commit; it must only
-// change the record.
+// Update implements store.Store, optimistically: fn runs on the caller's
+// goroutine, on the task as the store holds it now (applied, if not yet
+// synced), and the committer stores the result only if the task's stored
+// bytes are still the ones fn was given; else fn runs again on the new
+// ones. The committer compares bytes and writes; it never decodes,
+// encodes or runs the caller's code, which would hold up every other
+// change. An update that writes nothing (fn failed, or there is no such
+// task) is checked by the committer all the same, so that it is answered
+// once what it read is synced, as a change would be.
 func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) error) (*store.Record, error) {
-	var out *store.Record
-	err := s.run(ctx, func(b *tx) error {
-		old, err := getRecord(b, id)
-		if err != nil {
-			return err
+	for {
+		rec, err := s.update(ctx, id, fn)
+		if !errors.Is(err, errChanged) {
+			return rec, err
 		}
-		rec := old.Clone()
-		if err := fn(rec); err != nil {
-			return err
-		}
-		data, err := rec.Encode()
-		if err != nil {
-			return fmt.Errorf("pebblestore: encode task: %w", err)
-		}
-		if err := put(b, rec, data, old); err != nil {
-			return err
-		}
-		out = rec
-		return nil
-	})
+	}
+}
+
+// errChanged aborts an update whose task changed after it was read: the
+// update is tried again.
+var errChanged = errors.New("pebblestore: the task changed meanwhile")
+
+// update is one try of Update; errChanged when the task changed
+// meanwhile.
+func (s *Store) update(ctx context.Context, id string, fn func(*store.Record) error) (*store.Record, error) {
+	data, err := s.current(id)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	var old, rec *store.Record
+	var failed error // fn's
+	var enc []byte   // what to write; nil for nothing
+	if data != nil {
+		if old, err = decodeRecord(id, data); err != nil {
+			return nil, err
+		}
+		rec = old.Clone()
+		if failed = fn(rec); failed == nil {
+			if enc, err = rec.Encode(); err != nil {
+				return nil, fmt.Errorf("pebblestore: encode task: %w", err)
+			}
+		}
+	}
+	err = s.run(ctx, func(t *tx) error {
+		if same, err := t.holds(id, data); err != nil || !same {
+			return cmp.Or(err, errChanged)
+		}
+		if enc == nil {
+			return nil
+		}
+		return put(t, rec, enc, old)
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case data == nil:
+		return nil, store.ErrNotFound
+	case failed != nil:
+		return nil, failed
+	}
+	return rec, nil
+}
+
+// current returns the stored bytes of a task, nil when there is none.
+func (s *Store) current(id string) ([]byte, error) {
+	s.qmu.RLock()
+	defer s.qmu.RUnlock()
+	db, err := s.reading()
+	if err != nil {
+		return nil, err
+	}
+	return get(db, key(pTask, id))
+}
+
+// holds reports whether the task's stored bytes are data (nil: whether
+// there is no such task), as the batch's earlier changes leave them.
+func (t *tx) holds(id string, data []byte) (bool, error) {
+	v, closer, err := t.Get(key(pTask, id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return data == nil, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer closer.Close()
+	return data != nil && bytes.Equal(v, data), nil
 }
 
 // List implements store.Store, from the indexes: by member instance

@@ -48,6 +48,7 @@ func fill(t *testing.T, s *pebblestore.Store, n int) {
 
 func TestSuite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Tasks { return open(t, t.TempDir()) })
+	storetest.RunUpdate(t, func(t *testing.T) store.Tasks { return open(t, t.TempDir()) })
 }
 
 func TestRegistrySuite(t *testing.T) {
@@ -90,6 +91,7 @@ func TestDurableSuite(t *testing.T) {
 	storetest.RunDurable(t, storetest.Durable{
 		Open:   func(t *testing.T, dir string) store.Tasks { return open(t, dir) },
 		Queued: func(s store.Tasks) int { return pebblestore.Queued(s.(*pebblestore.Store)) },
+		Hold:   func(s store.Tasks) func() { return pebblestore.Hold(s.(*pebblestore.Store)) },
 		CutShort: func(t *testing.T, dir string) string {
 			leftover := filepath.Join(dir, pebblestore.DirName+".new")
 			require.NoError(t, os.MkdirAll(leftover, 0o700))
@@ -348,6 +350,46 @@ func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
 	got, err := s.Get(context.Background(), "t1")
 	require.NoError(t, err)
 	assert.Equal(t, "t1", got.Task.ID)
+}
+
+// TestARefusedUpdateWaitsForTheChangeItSaw: an update whose fn refuses
+// the task as it finds it (a retry that finds its change applied, say)
+// is not answered while the change it saw waits for its log sync: the
+// answer would stand on a change that a crash may yet undo.
+func TestARefusedUpdateWaitsForTheChangeItSaw(t *testing.T) {
+	fs := newGatedFS(".log")
+	s, err := pebblestore.Open(t.TempDir(), pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { close(fs.stop) }) // runs before the close, even when the test fails
+	ctx := context.Background()
+	require.NoError(t, s.Create(ctx, storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	fs.armed.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Update(ctx, "t1", func(r *store.Record) error { r.Apply("a", "k", "d"); return nil })
+		first <- err
+	}()
+	<-fs.syncing // the change is applied; its sync is held
+	applied := errors.New("applied already")
+	second := make(chan error, 1)
+	go func() {
+		_, err := s.Update(ctx, "t1", func(r *store.Record) error {
+			if _, ok := r.FindApplied("a", "k"); ok {
+				return applied
+			}
+			return errors.New("the applied change was not seen")
+		})
+		second <- err
+	}()
+	// The refusal is checked, and waits for the next sync: answered, it
+	// would be early.
+	require.Eventually(t, func() bool { return pebblestore.Applied(s) == 1 || len(second) > 0 }, 10*time.Second, time.Millisecond)
+	require.Empty(t, second, "refused while the change it saw waits for its sync")
+	require.Empty(t, first)
+	close(fs.release)
+	require.NoError(t, <-first)
+	require.ErrorIs(t, <-second, applied)
 }
 
 // requireAcknowledgedAfterSync makes change on a new store whose log

@@ -22,6 +22,10 @@ type Durable struct {
 	Open func(t *testing.T, dir string) store.Tasks
 	// Queued reports how many changes wait for the store's committer.
 	Queued func(s store.Tasks) int
+	// Hold keeps the store's committer busy until release, so that the
+	// changes made meanwhile queue for it. nil holds it with an Update
+	// whose fn waits, which holds a store that runs fn inside its commit.
+	Hold func(s store.Tasks) (release func())
 	// CutShort leaves in dir what a first start killed mid-way leaves,
 	// and returns its path.
 	CutShort func(t *testing.T, dir string) string
@@ -143,10 +147,7 @@ func testPruneShared(t *testing.T, d Durable) {
 		}
 		require.NoError(t, s.Create(ctx(), r, 0))
 	}
-	require.NoError(t, s.Create(ctx(), NewRecord("busy", "c", "a", "b", 99), 0))
-	release, started := make(chan struct{}), make(chan struct{})
-	go s.Update(ctx(), "busy", func(*store.Record) error { close(started); <-release; return nil })
-	<-started
+	release := hold(t, d, s)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		_, err := s.Update(ctx(), "t10", func(r *store.Record) error { r.Task.Status.State = wire.StateCompleted; return nil })
@@ -160,11 +161,26 @@ func testPruneShared(t *testing.T, d Durable) {
 	}
 	// They queue behind the busy commit: three changes wait for it.
 	require.Eventually(t, func() bool { return d.Queued(s) == 3 }, 10*time.Second, time.Millisecond)
-	close(release)
+	release()
 	wg.Wait()
 	_, err := s.Prune(ctx(), store.Retention{MaxTerminal: 5}, time.Now())
 	require.NoError(t, err)
 	rs, _, err := s.List(ctx(), store.Query{State: wire.StateCompleted})
 	require.NoError(t, err)
 	assert.Len(t, rs, 5, "retention keeps exactly five terminal tasks")
+}
+
+// hold keeps the committer of s busy until release (Durable.Hold).
+func hold(t *testing.T, d Durable, s store.Tasks) (release func()) {
+	if d.Hold != nil {
+		return d.Hold(s)
+	}
+	require.NoError(t, s.Create(ctx(), NewRecord("busy", "c", "a", "b", 99), 0))
+	let, started, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Update(ctx(), "busy", func(*store.Record) error { close(started); <-let; return nil })
+	}()
+	<-started
+	return func() { close(let); <-done }
 }

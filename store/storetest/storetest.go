@@ -555,3 +555,52 @@ func update(s store.Tasks, id string, fn func(*store.Record)) error {
 	})
 	return err
 }
+
+// RunUpdate runs the part of the suite that holds Update to running fn
+// on the caller's goroutine, with no lock of the store held, and to
+// storing its result only on the task fn was given. newStore returns a
+// new, empty store; the suite closes it.
+func RunUpdate(t *testing.T, newStore func(t *testing.T) store.Tasks) {
+	t.Run("UpdateAppliesFnAgainToATaskChangedMeanwhile", func(t *testing.T) {
+		s := newStore(t)
+		t.Cleanup(func() { s.Close() })
+		testUpdateAgain(t, s)
+	})
+}
+
+// testUpdateAgain changes a task while an update's fn runs on it: the
+// update applies fn again, to the changed task, and loses neither change.
+func testUpdateAgain(t *testing.T, s store.Tasks) {
+	require.NoError(t, s.Create(ctx(), NewRecord("t1", "c1", "a", "b", 0), 0))
+	appendMsg := func(r *store.Record, id string) {
+		r.Task.History = append(r.Task.History, wire.Message{MessageID: id, Parts: []wire.Part{wire.TextPart(id)}})
+	}
+	runs := 0
+	got, err := s.Update(ctx(), "t1", func(r *store.Record) error {
+		runs++
+		if runs == 1 {
+			other := make(chan error, 1)
+			go func() {
+				_, err := s.Update(ctx(), "t1", func(r *store.Record) error { appendMsg(r, "other"); return nil })
+				other <- err
+			}()
+			require.NoError(t, <-other)
+		}
+		appendMsg(r, "mine")
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, 2, runs, "fn runs again on the task changed meanwhile")
+	ids := func(r *store.Record) []string {
+		var out []string
+		for _, m := range r.Task.History {
+			out = append(out, m.MessageID)
+		}
+		return out
+	}
+	want := []string{"m-t1", "other", "mine"}
+	assert.Equal(t, want, ids(got))
+	stored, err := s.Get(ctx(), "t1")
+	require.NoError(t, err)
+	assert.Equal(t, want, ids(stored))
+}
