@@ -23,8 +23,12 @@ type eventLog struct {
 }
 
 // sessionLog is one session's numbered notifications. Its lock is held
-// while a notification is numbered, kept and published, so the session's
-// notifications are published in seq order.
+// while a notification is numbered and kept, never while it is published:
+// a notification is published once the one numbered before it is
+// (published, a hand-off from each to the next), so that the session's
+// notifications reach the bus in seq order without a lock held across
+// the bus's I/O, and replays, sweeps and new notifications never wait
+// for it.
 //
 // A session's log is kept until the host closes the session, or until it
 // has had no agent and no subscriber for the orphan timeout; then its
@@ -41,6 +45,19 @@ type sessionLog struct {
 	// idleSince is when the session was first seen with no agent and no
 	// subscriber, zero while it has either.
 	idleSince time.Time
+	// published is closed once the latest numbered notification has
+	// been handed to the bus; nil before the first.
+	published chan struct{}
+}
+
+// notice is a notification numbered and kept, to be published after the
+// one numbered before it.
+type notice struct {
+	session string
+	seq     uint64
+	msg     []byte
+	after   chan struct{} // closed once the one before is published; nil: none
+	done    chan struct{} // closed once this one is
 }
 
 func (l *eventLog) init(window, maxBytes int) {
@@ -94,15 +111,19 @@ func (b *Broker) sweepSessions() {
 	counter, _ := b.bus.(transport.SubscriberCounter)
 	for id, s := range b.events.all() {
 		s.mu.Lock()
-		if s.n == 0 {
-			s.mu.Unlock()
+		kept := s.n > 0
+		s.mu.Unlock()
+		if !kept {
 			continue
 		}
+		// Asked without the session's lock: the registry and the bus are
+		// not taken under it.
 		busy := b.reg.sessionLive(id)
 		if !busy && counter != nil {
 			n, _ := counter.Subscribers(id)
 			busy = n > 0
 		}
+		s.mu.Lock()
 		switch {
 		case busy:
 			s.idleSince = time.Time{}
@@ -120,11 +141,23 @@ func (b *Broker) sweepSessions() {
 var errTooLarge = errors.New("notification over the payload limit")
 
 // emit numbers, encodes once, keeps and publishes one notification to
-// recipient in session. params builds the notification's params from its
-// head. A notification over the payload limit is neither numbered nor
-// sent (errTooLarge): a task event never is one (the task limit sees to
-// it), a push may be.
+// recipient in session (post, then publish).
 func (b *Broker) emit(recipient, session, fromSession, method string, params func(wire.EventHead) any) error {
+	n, err := b.post(recipient, session, fromSession, method, params)
+	b.publish(n)
+	return err
+}
+
+// post numbers, encodes once and keeps one notification to recipient in
+// session, and returns it to be published. params builds the
+// notification's params from its head. A notification over the payload
+// limit is neither numbered nor sent (errTooLarge, and no notice): a task
+// event never is one (the task limit sees to it), a push may be.
+//
+// The caller publishes the notice before it posts another, whatever
+// happens: the session's later notifications wait for it. It may let go
+// of its locks first, and should (see the lock order in doc.go).
+func (b *Broker) post(recipient, session, fromSession, method string, params func(wire.EventHead) any) (*notice, error) {
 	l := &b.events
 	s := l.session(session, true)
 	s.mu.Lock()
@@ -140,21 +173,37 @@ func (b *Broker) emit(recipient, session, fromSession, method string, params fun
 	if err != nil {
 		// Every field was validated on the way in; this is a bug.
 		b.log.Error("encode notification", "method", method, "error", err)
-		return err
+		return nil, err
 	}
 	if len(msg) > b.limits.Item() {
 		if method != wire.NotifyPush {
 			b.log.Error("notification over the payload limit not sent", "method", method, "bytes", len(msg))
 		}
-		return errTooLarge
+		return nil, errTooLarge
 	}
 	s.seq++
 	s.keep(msg, l.window, l.maxBytes)
-	if err := b.bus.Publish(session, msg); err != nil {
-		// The notification is kept: the recipient's runtime replays it.
-		b.log.Warn("publish failed; the event stays in the replay log", "seq", head.Seq, "error", err)
+	n := &notice{session: session, seq: s.seq, msg: msg, after: s.published, done: make(chan struct{})}
+	s.published = n.done
+	return n, nil
+}
+
+// publish hands n to the bus once the notification numbered before it in
+// its session has been: so a session's notifications reach the bus in
+// seq order, one Publish after the other, whichever goroutines post
+// them. nil publishes nothing.
+func (b *Broker) publish(n *notice) {
+	if n == nil {
+		return
 	}
-	return nil
+	if n.after != nil {
+		<-n.after
+	}
+	if err := b.bus.Publish(n.session, n.msg); err != nil {
+		// The notification is kept: the recipient's runtime replays it.
+		b.log.Warn("publish failed; the event stays in the replay log", "seq", n.seq, "error", err)
+	}
+	close(n.done)
 }
 
 // keep adds msg as the newest, dropping the oldest beyond window

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -322,4 +323,82 @@ func TestTheHostHasABoundOnLiveAgents(t *testing.T) {
 	// Replacing a live registration is not a new agent: it still works.
 	again := e.registerInstance("s0", "a", "inst-0")
 	assert.Equal(t, "a", again.id)
+}
+
+// holdBus holds the first task event's Publish until released.
+type holdBus struct {
+	*fakebus.Bus
+	held    atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+	let     sync.Once
+}
+
+func (h *holdBus) Publish(session string, msg []byte) error {
+	if head, _ := wire.DecodeNotificationHead(msg); head.Method == wire.NotifyTaskEvent && h.held.CompareAndSwap(false, true) {
+		close(h.entered)
+		<-h.release
+	}
+	return h.Bus.Publish(session, msg)
+}
+
+func (h *holdBus) letGo() { h.let.Do(func() { close(h.release) }) }
+
+// TestAPublishHeldByTheBusHoldsUpNothingElse: while the bus holds a task
+// event's Publish, the recipient's session replays, the task changes
+// again and its other member hears of it, and a later notification to
+// the session is numbered; that one reaches the bus only after the held
+// one, in seq order.
+func TestAPublishHeldByTheBusHoldsUpNothingElse(t *testing.T) {
+	var hb *holdBus
+	e := newEnvWrapped(t, broker.Config{}, fakebus.Config{}, func(fb *fakebus.Bus) transport.Bus {
+		hb = &holdBus{Bus: fb, entered: make(chan struct{}), release: make(chan struct{})}
+		return hb
+	})
+	t.Cleanup(hb.letGo) // before the bus closes, even when the test fails
+	a := e.register("s1", "a")
+	b := e.register("s2", "b")
+	sent := make(chan error, 1)
+	go func() {
+		_, err := a.trySend(b.id, "hello")
+		sent <- err
+	}()
+	<-hb.entered // the task is made; its event, seq 1 of s2, is held
+
+	// The session's log is free: a replay has the held event.
+	r, err := replayCall(e, "s2", e.broker.Epoch(), 0)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, r.LastSeq)
+	require.Len(t, r.Events, 1)
+	created, err := wire.DecodeEvent(r.Events[0])
+	require.NoError(t, err)
+	require.NotNil(t, created.TaskEvent)
+
+	// The task's stripe is free: its assignee changes it, and the
+	// requester's session hears of it at once.
+	_, err = b.update(created.TaskEvent.TaskID, wire.StateWorking, "")
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateWorking, e.event("s1").TaskEvent.Task.Status.State)
+
+	// A push to the held session is numbered, and waits for its turn.
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := a.tryCall(wire.MethodSend, map[string]any{"to": b.id, "oneway": true, "message": text("after")})
+		pushed <- err
+	}()
+	require.Eventually(t, func() bool {
+		res, err := e.tryCall("s2", wire.MethodReplay, map[string]any{"contextId": "s2"})
+		var r wire.ReplayResult
+		return err == nil && json.Unmarshal(res, &r) == nil && r.LastSeq == 2
+	}, 10*time.Second, time.Millisecond)
+	e.noEvent("s2")
+
+	hb.letGo()
+	require.NoError(t, <-sent)
+	require.NoError(t, <-pushed)
+	first, second := e.event("s2"), e.event("s2")
+	require.NotNil(t, first.TaskEvent, "the held event comes first")
+	assert.EqualValues(t, 1, first.Head().Seq)
+	require.NotNil(t, second.Push)
+	assert.EqualValues(t, 2, second.Head().Seq)
 }

@@ -18,8 +18,9 @@ import (
 )
 
 // taskStripes is the number of locks that order the changes of tasks and
-// their notifications: a change and its notification happen under the
-// task's stripe, so notifications follow the order of the changes.
+// their notifications: a change is made, and its notification numbered,
+// under the task's stripe, so notifications follow the order of the
+// changes. The notification is published after the stripe is let go.
 const taskStripes = 1024
 
 var stripeSeed = maphash.MakeSeed()
@@ -291,14 +292,19 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		return nil, b.tooBig()
 	}
 	unlock := b.lockTask(id)
-	defer unlock()
-	if err := b.store.Create(ctx, rec, b.cfg.MaxTasksPerContext); err != nil {
+	err = b.store.Create(ctx, rec, b.cfg.MaxTasksPerContext)
+	var n *notice
+	if err == nil {
+		n = b.notifyTask(&rec.Task, peer.id, peer.session, self.session, wire.EventCreated, &msg)
+	}
+	unlock()
+	b.publish(n)
+	if err != nil {
 		if errors.Is(err, store.ErrLimit) {
 			return nil, wire.ErrTaskLimit.Withf("session already has %d open tasks", b.cfg.MaxTasksPerContext)
 		}
 		return nil, b.storeFailure("create task", err)
 	}
-	b.notifyTask(&rec.Task, peer.id, peer.session, self.session, wire.EventCreated, &msg)
 	return taskResult(taskJSON), nil
 }
 
@@ -412,7 +418,6 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	msg := b.stamp(*p.Message, self, role, rec.Task.ID, rec.Task.ContextID)
 	grows := jsonLen(&msg) + 1
 	unlock := b.lockTask(rec.Task.ID)
-	defer unlock()
 	rec, err := b.store.Update(ctx, rec.Task.ID, func(r *store.Record) error {
 		if err := checkKey(r, k); err != nil {
 			return err
@@ -427,19 +432,23 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 		r.Task.UpdatedAt = b.changeTime(r)
 		return nil
 	})
-	if res, werr, done := b.keyOutcome(ctx, p.TaskID, p.Message.MessageID, err); done {
+	res, werr, done := b.keyOutcome(ctx, p.TaskID, p.Message.MessageID, err)
+	var n *notice
+	if !done && err == nil {
+		n = b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventMessage, &msg)
+	}
+	unlock()
+	b.publish(n)
+	switch {
+	case done:
 		return res, werr
-	}
-	if errors.Is(err, errTerminal) {
+	case errors.Is(err, errTerminal):
 		return nil, wire.ErrInvalidTransition.Withf("task %s is already terminal", p.TaskID)
-	}
-	if errors.Is(err, errTooBig) {
+	case errors.Is(err, errTooBig):
 		return nil, b.tooBig()
-	}
-	if err != nil {
+	case err != nil:
 		return nil, b.storeFailure("append message", err)
 	}
-	b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventMessage, &msg)
 	return wire.TaskResult{Task: &rec.Task}, nil
 }
 
@@ -599,7 +608,6 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 		grows += jsonLen(&artifacts[i]) + 1
 	}
 	unlock := b.lockTask(id)
-	defer unlock()
 	rec, err := b.store.Update(ctx, id, func(r *store.Record) error {
 		if err := checkKey(r, k); err != nil {
 			return err
@@ -626,19 +634,23 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 		r.Task.UpdatedAt = now
 		return nil
 	})
-	if res, werr, done := b.keyOutcome(ctx, id, k.name, err); done {
+	res, werr, done := b.keyOutcome(ctx, id, k.name, err)
+	var n *notice
+	if !done && err == nil {
+		n = b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventStatus, msg)
+	}
+	unlock()
+	b.publish(n)
+	switch {
+	case done:
 		return res, werr
-	}
-	if errors.Is(err, errTerminal) {
+	case errors.Is(err, errTerminal):
 		return nil, wire.ErrInvalidTransition.Withf("task %s is already terminal", id)
-	}
-	if errors.Is(err, errTooBig) {
+	case errors.Is(err, errTooBig):
 		return nil, b.tooBig()
-	}
-	if err != nil {
+	case err != nil:
 		return nil, b.storeFailure("update task", err)
 	}
-	b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventStatus, msg)
 	return wire.TaskResult{Task: &rec.Task}, nil
 }
 
@@ -701,10 +713,12 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 			r.Task.UpdatedAt = now
 			return nil
 		})
+		var n *notice
 		if err == nil {
-			b.notifyTask(&updated.Task, otherID, otherSession, session, wire.EventStatus, nil)
+			n = b.notifyTask(&updated.Task, otherID, otherSession, session, wire.EventStatus, nil)
 		}
 		unlock()
+		b.publish(n)
 		if err != nil && !errors.Is(err, errTerminal) && *failed == nil {
 			// Go on with the others; report the first failure.
 			*failed = b.storeFailure("close task of a departed agent", err)
@@ -712,12 +726,15 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 	}
 }
 
-// notifyTask publishes an a2a.task.event about task to one member.
-func (b *Broker) notifyTask(t *wire.Task, recipient, recipientSession, fromSession string, kind wire.EventKind, msg *wire.Message) {
+// notifyTask posts an a2a.task.event about task to one member, under
+// the task's stripe; the caller publishes it once it has let go of the
+// stripe.
+func (b *Broker) notifyTask(t *wire.Task, recipient, recipientSession, fromSession string, kind wire.EventKind, msg *wire.Message) *notice {
 	bare := t.WithoutHistory()
-	b.emit(recipient, recipientSession, fromSession, wire.NotifyTaskEvent, func(h wire.EventHead) any {
+	n, _ := b.post(recipient, recipientSession, fromSession, wire.NotifyTaskEvent, func(h wire.EventHead) any {
 		return &wire.TaskEvent{EventHead: h, TaskID: t.ID, Kind: kind, Task: bare, Message: msg, Final: t.Status.State.Terminal()}
 	})
+	return n
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
