@@ -1,5 +1,7 @@
 package broker
 
+import "hash/maphash"
+
 // SweepSessions runs the idle-session sweep now, as the housekeeping loop
 // does every so often.
 func (b *Broker) SweepSessions() { b.sweepSessions() }
@@ -36,4 +38,17 @@ var HashToken = hashToken
 func OnSwept(t interface{ Cleanup(func()) }, fn func()) {
 	testHookSwept = fn
 	t.Cleanup(func() { testHookSwept = nil })
+}
+
+// InstanceStripe is the lock an instance's registrations and departures
+// take.
+func InstanceStripe(instance string) uint64 {
+	return maphash.String(stripeSeed, instance) % instanceStripes
+}
+
+// OnLockingSend calls fn whenever a send's key lock is about to be taken,
+// for the test's length.
+func OnLockingSend(t interface{ Cleanup(func()) }, fn func(instance, key string)) {
+	testHookLockingSend = fn
+	t.Cleanup(func() { testHookLockingSend = nil })
 }

@@ -356,39 +356,78 @@ func (s sessionOpener) HostMethods() map[string]transport.HostMethod {
 	}
 }
 
-// slowPut is a store whose registrations take as long as a sync.
-type slowPut struct{ store.Store }
+// gatePut is a store whose registrations wait, once they have said so,
+// until the test lets them go: as if for the disk.
+type gatePut struct {
+	store.Store
+	entered chan struct{}
+	release chan struct{}
+}
 
-func (s slowPut) PutRegistration(ctx context.Context, r store.Registration) error {
-	time.Sleep(2 * time.Millisecond)
+func (s gatePut) PutRegistration(ctx context.Context, r store.Registration) error {
+	s.entered <- struct{}{}
+	<-s.release
 	return s.Store.PutRegistration(ctx, r)
 }
 
+// apartInstances returns n instance ids whose locks are distinct, so
+// that no registration of one waits for another's.
+func apartInstances(n int) []string {
+	var ids []string
+	taken := map[uint64]bool{}
+	for i := 0; len(ids) < n; i++ {
+		id := fmt.Sprint("i", i)
+		if s := broker.InstanceStripe(id); !taken[s] {
+			taken[s] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // TestTheCapsHoldWhileRegistrationsAreStored: registrations at once,
-// each waiting for the disk, cannot pass a cap together.
+// each waiting for the disk, cannot pass a cap together: while those the
+// cap allows wait, every other is refused.
 func TestTheCapsHoldWhileRegistrationsAreStored(t *testing.T) {
 	for name, cfg := range map[string]broker.Config{
 		"session": {MaxAgentsPerSession: 2},
 		"host":    {MaxAgents: 3},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg.Store = slowPut{store.NewMemory()}
+			const n = 50
+			gp := gatePut{Store: store.NewMemory(), entered: make(chan struct{}, n), release: make(chan struct{})}
+			cfg.Store = gp
 			e := newEnv(t, cfg)
 			var ok atomic.Int32
+			refused := make(chan struct{}, n)
 			var wg sync.WaitGroup
-			for i := range 50 {
+			for i, inst := range apartInstances(n) {
 				wg.Go(func() {
-					if _, err := e.tryRegister(fmt.Sprint("s", i%2), "x", fmt.Sprint("i", i)); err == nil {
+					if _, err := e.tryRegister(fmt.Sprint("s", i%2), "x", inst); err == nil {
 						ok.Add(1)
+					} else {
+						refused <- struct{}{}
 					}
 				})
 			}
+			// Each registration either waits for the disk or is refused
+			// meanwhile.
+			waiting := 0
+			for range n {
+				select {
+				case <-gp.entered:
+					waiting++
+				case <-refused:
+				}
+			}
+			close(gp.release)
 			wg.Wait()
-			want := int32(3)
+			want := 3
 			if name == "session" {
 				want = 4 // two sessions of two
 			}
-			assert.Equal(t, want, ok.Load())
+			assert.Equal(t, want, waiting, "registrations waiting for the disk at once")
+			assert.Equal(t, int32(want), ok.Load())
 		})
 	}
 }

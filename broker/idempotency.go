@@ -29,6 +29,9 @@ import (
 const sendStripes = 256
 
 func (b *Broker) lockSend(instance, key string) func() {
+	if testHookLockingSend != nil {
+		testHookLockingSend(instance, key)
+	}
 	var h maphash.Hash
 	h.SetSeed(stripeSeed)
 	h.WriteString(instance)

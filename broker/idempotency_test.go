@@ -366,6 +366,8 @@ func TestAKeyedSendRacingADepartureLeavesNoWindow(t *testing.T) {
 	g := &gateFind{Store: store.NewMemory(), in: make(chan struct{}, 1)}
 	e := newEnv(t, broker.Config{Store: g})
 	peer := e.register("chat-2", "worker")
+	locking := make(chan struct{})
+	broker.OnLockingSend(t, func(string, string) { locking <- struct{}{} })
 	const rounds = 50
 	for i := range rounds {
 		a := e.register("chat-1", fmt.Sprint("asker", i))
@@ -376,9 +378,10 @@ func TestAKeyedSendRacingADepartureLeavesNoWindow(t *testing.T) {
 		p := map[string]any{"to": peer.id, "message": keyed("k", "x")}
 		var wg sync.WaitGroup
 		wg.Go(func() { a.tryTask(wire.MethodSend, p) }) // holds the key's lock, waits in FindSend
+		<-locking
 		<-g.in
 		wg.Go(func() { a.tryTask(wire.MethodSend, p) }) // the retry: authenticated, waits for the key's lock
-		time.Sleep(20 * time.Millisecond)
+		<-locking
 		require.NoError(t, a.tryDeregister()) // forgets the window
 		close(gate)
 		wg.Wait()

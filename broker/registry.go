@@ -89,6 +89,7 @@ var (
 	testHookRevoking        func()
 	testHookSwept           func() // the orphan sweep is done
 	testHookLockingInstance func(instance string)
+	testHookLockingSend     func(instance, key string)
 )
 
 // registry is the set of live agents and their indexes.
