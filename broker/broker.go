@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -33,7 +34,16 @@ const (
 // of them.
 var DefaultRetention = store.Retention{MaxAge: 30 * 24 * time.Hour, MaxTerminal: 100000}
 
-// Config configures a Broker. The zero value is the default everywhere.
+// Forever is the OrphanTimeout that never runs out.
+const Forever time.Duration = math.MaxInt64
+
+// ErrInvalidConfig is returned by Config.Validate, and so by New, for a
+// field out of its range.
+var ErrInvalidConfig = errors.New("broker: invalid config")
+
+// Config configures a Broker. The zero value is the default everywhere
+// (DefaultConfig spells it out); no field is turned off by a sign: a
+// negative value is invalid (Validate).
 type Config struct {
 	// Store holds the tasks. nil means a new store.Memory: nothing
 	// survives the broker. The broker does not close it.
@@ -72,14 +82,15 @@ type Config struct {
 	// they are let go and its open tasks closed as if it had
 	// deregistered. It is also how long a session with no agent and no
 	// subscriber keeps its notifications for replay. 0 means
-	// DefaultOrphanTimeout; negative holds names and tasks until their
+	// DefaultOrphanTimeout; Forever holds names and tasks until their
 	// agents come back or their sessions close, and keeps notifications
 	// until the host closes the session.
 	OrphanTimeout time.Duration
 	// Retention bounds the terminal tasks kept in the store; open tasks
-	// are always kept. The zero value means DefaultRetention; set a field
-	// negative to lift that bound.
-	Retention store.Retention
+	// are always kept. nil means DefaultRetention; otherwise it is the
+	// bound, a zero field setting none (as in store.Retention), so that
+	// &store.Retention{} keeps every task.
+	Retention *store.Retention
 	// BusName names the bus for a2a.admin.info ("nats", "pipe", ...).
 	BusName string
 	// Logger receives the broker's logs. nil discards them: a library
@@ -153,37 +164,82 @@ type method struct {
 	serve func(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error)
 }
 
-// withDefaults fills in the zero fields of cfg.
+// DefaultConfig returns the config that the zero value stands for, each
+// default spelled out but for Store, Logger and Now, whose nil is the
+// default: a new memory store, no logs, the system's clock.
+func DefaultConfig() Config {
+	r := DefaultRetention
+	return Config{
+		MaxTasksPerContext:  DefaultMaxTasksPerContext,
+		MaxMessageBytes:     wire.DefaultMaxMessageBytes,
+		ReplayWindow:        DefaultReplayWindow,
+		MaxAgents:           DefaultMaxAgents,
+		MaxAgentsPerSession: DefaultMaxAgentsPerSession,
+		ReplayBytes:         DefaultReplayBytes,
+		OrphanTimeout:       DefaultOrphanTimeout,
+		Retention:           &r,
+	}
+}
+
+// Validate reports the first field of cfg out of its range
+// (ErrInvalidConfig): a negative count, size or duration, or a message
+// limit that the wire's limits refuse.
+func (cfg Config) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxTasksPerContext", int64(cfg.MaxTasksPerContext)},
+		{"MaxMessageBytes", int64(cfg.MaxMessageBytes)},
+		{"ReplayWindow", int64(cfg.ReplayWindow)},
+		{"MaxAgents", int64(cfg.MaxAgents)},
+		{"MaxAgentsPerSession", int64(cfg.MaxAgentsPerSession)},
+		{"MaxTaskBytes", int64(cfg.MaxTaskBytes)},
+		{"ReplayBytes", int64(cfg.ReplayBytes)},
+		{"OrphanTimeout", int64(cfg.OrphanTimeout)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s must not be negative (got %d)", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	if cfg.MaxMessageBytes != 0 {
+		if err := wire.NewLimits(cfg.MaxMessageBytes).Valid(); err != nil {
+			return fmt.Errorf("%w: MaxMessageBytes: %v", ErrInvalidConfig, err)
+		}
+	}
+	if r := cfg.Retention; r != nil && (r.MaxAge < 0 || r.MaxTerminal < 0) {
+		return fmt.Errorf("%w: Retention must not be negative (got %+v); a zero field sets no bound", ErrInvalidConfig, *r)
+	}
+	return nil
+}
+
+// withDefaults fills in the zero fields of cfg, which is valid.
 func (cfg Config) withDefaults() Config {
+	d := DefaultConfig()
 	if cfg.Store == nil {
 		cfg.Store = store.NewMemory()
 	}
-	if cfg.MaxTasksPerContext <= 0 {
-		cfg.MaxTasksPerContext = DefaultMaxTasksPerContext
-	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
-	}
-	if cfg.ReplayWindow <= 0 {
-		cfg.ReplayWindow = DefaultReplayWindow
-	}
-	if cfg.MaxAgents <= 0 {
-		cfg.MaxAgents = DefaultMaxAgents
-	}
-	if cfg.MaxAgentsPerSession <= 0 {
-		cfg.MaxAgentsPerSession = DefaultMaxAgentsPerSession
-	}
-	if cfg.ReplayBytes <= 0 {
-		cfg.ReplayBytes = DefaultReplayBytes
+	for _, f := range []struct{ v, d *int }{
+		{&cfg.MaxTasksPerContext, &d.MaxTasksPerContext},
+		{&cfg.MaxMessageBytes, &d.MaxMessageBytes},
+		{&cfg.ReplayWindow, &d.ReplayWindow},
+		{&cfg.MaxAgents, &d.MaxAgents},
+		{&cfg.MaxAgentsPerSession, &d.MaxAgentsPerSession},
+		{&cfg.ReplayBytes, &d.ReplayBytes},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.d
+		}
 	}
 	if cfg.OrphanTimeout == 0 {
-		cfg.OrphanTimeout = DefaultOrphanTimeout
+		cfg.OrphanTimeout = d.OrphanTimeout
 	}
-	if cfg.Retention == (store.Retention{}) {
-		cfg.Retention = DefaultRetention
+	if cfg.Retention == nil {
+		cfg.Retention = d.Retention
+	} else {
+		r := *cfg.Retention // the caller's to change
+		cfg.Retention = &r
 	}
-	cfg.Retention.MaxAge = max(cfg.Retention.MaxAge, 0)
-	cfg.Retention.MaxTerminal = max(cfg.Retention.MaxTerminal, 0)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -198,6 +254,9 @@ func (cfg Config) withDefaults() Config {
 // it, before closing the broker. When New fails, it has stopped what it
 // started.
 func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	limits, err := limitsFor(bus, cfg)
 	if err != nil {
@@ -316,18 +375,15 @@ func (b *Broker) Limits() wire.Limits { return b.limits }
 // the notifications of idle sessions, now and then every
 // housekeepingEvery, until Close.
 func (b *Broker) startHousekeeping() {
-	every := housekeepingEvery
-	if t := b.cfg.OrphanTimeout; t > 0 {
-		every = min(every, max(t/4, 10*time.Millisecond))
-	}
+	every := min(housekeepingEvery, max(b.cfg.OrphanTimeout/4, 10*time.Millisecond))
 	b.wg.Go(func() {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		lastPrune := time.Time{}
 		for {
-			if b.cfg.Retention != (store.Retention{}) && time.Since(lastPrune) >= housekeepingEvery {
+			if *b.cfg.Retention != (store.Retention{}) && time.Since(lastPrune) >= housekeepingEvery {
 				lastPrune = time.Now()
-				n, err := b.store.Prune(b.ctx, b.cfg.Retention, b.cfg.Now())
+				n, err := b.store.Prune(b.ctx, *b.cfg.Retention, b.cfg.Now())
 				switch {
 				case err != nil && b.ctx.Err() == nil:
 					b.log.Warn("pruning terminal tasks failed", "error", err)

@@ -104,7 +104,7 @@ func (s *sessionLog) drop() {
 // subscribers (the pipe) counts none: there, a session's agents alone
 // keep its notifications.
 func (b *Broker) sweepSessions() {
-	if b.cfg.OrphanTimeout < 0 {
+	if b.cfg.OrphanTimeout == Forever {
 		return
 	}
 	now := b.cfg.Now()

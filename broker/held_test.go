@@ -152,7 +152,7 @@ func TestDeregisteringForgetsTheName(t *testing.T) {
 // holds of the session's agents that have not come back, and closes
 // their tasks; keepAgents keeps them.
 func TestClosingASessionLetsItsHeldAgentsGo(t *testing.T) {
-	r := newRestartable(t, broker.Config{OrphanTimeout: -1})
+	r := newRestartable(t, broker.Config{OrphanTimeout: broker.Forever})
 	e := r.run()
 	a := e.registerInstance("chat-1", "planner", "inst-1")
 	e.registerInstance("chat-2", "helper", "inst-2")
@@ -178,7 +178,7 @@ func TestClosingASessionLetsItsHeldAgentsGo(t *testing.T) {
 // up held registrations past the host's cap; a returning agent is never
 // refused for it.
 func TestHeldAgentsCountAgainstTheHostsCap(t *testing.T) {
-	r := newRestartable(t, broker.Config{MaxAgents: 2, OrphanTimeout: -1})
+	r := newRestartable(t, broker.Config{MaxAgents: 2, OrphanTimeout: broker.Forever})
 	e := r.run()
 	e.registerInstance("chat-1", "a", "inst-a")
 	e.registerInstance("chat-2", "b", "inst-b")
@@ -529,7 +529,7 @@ func TestTheOrphanSweepTriesAgain(t *testing.T) {
 // TestHeldAgentsCountAgainstTheirSessionsCap: a session's newcomers
 // cannot lock out its agents that are coming back.
 func TestHeldAgentsCountAgainstTheirSessionsCap(t *testing.T) {
-	r := newRestartable(t, broker.Config{MaxAgentsPerSession: 1, OrphanTimeout: -1})
+	r := newRestartable(t, broker.Config{MaxAgentsPerSession: 1, OrphanTimeout: broker.Forever})
 	e := r.run()
 	e.registerInstance("chat-1", "planner", "inst-1")
 	e = r.run()

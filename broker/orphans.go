@@ -14,8 +14,8 @@ import (
 // wait for it to register again. The members of open tasks and the held
 // agents get OrphanTimeout to come back (by instance id); those that do
 // not are then let go: their registrations deleted, their tasks closed
-// as if they had deregistered. A negative OrphanTimeout holds them until
-// they come back or their sessions close.
+// as if they had deregistered. An OrphanTimeout of Forever holds them
+// until they come back or their sessions close.
 func (b *Broker) startOrphanSweep(ctx context.Context) error {
 	regs, err := b.store.Registrations(ctx)
 	if err != nil {
@@ -27,9 +27,9 @@ func (b *Broker) startOrphanSweep(ctx context.Context) error {
 	}
 	b.reg.mu.Unlock()
 	if len(regs) > 0 {
-		b.log.Info("names of an earlier run are held for their agents", "agents", len(regs), "timeout", b.cfg.OrphanTimeout)
+		b.log.Info("names of an earlier run are held for their agents", "agents", len(regs), "timeout", b.orphanTimeout())
 	}
-	if b.cfg.OrphanTimeout < 0 {
+	if b.cfg.OrphanTimeout == Forever {
 		return nil
 	}
 	type member struct{ instance, session string }
@@ -65,7 +65,7 @@ func (b *Broker) startOrphanSweep(ctx context.Context) error {
 	b.reg.orphans = waiting
 	b.reg.mu.Unlock()
 	if tasks > 0 {
-		b.log.Info("open tasks from an earlier run wait for their members", "tasks", tasks, "members", len(members), "timeout", b.cfg.OrphanTimeout)
+		b.log.Info("open tasks from an earlier run wait for their members", "tasks", tasks, "members", len(members), "timeout", b.orphanTimeout())
 	}
 	timer := time.NewTimer(b.cfg.OrphanTimeout)
 	b.wg.Go(func() {
@@ -161,4 +161,12 @@ func (b *Broker) heldIn(session string) []*hold {
 		}
 	}
 	return out
+}
+
+// orphanTimeout is OrphanTimeout as the logs say it.
+func (b *Broker) orphanTimeout() any {
+	if b.cfg.OrphanTimeout == Forever {
+		return "none"
+	}
+	return b.cfg.OrphanTimeout
 }

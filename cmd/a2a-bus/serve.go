@@ -281,19 +281,12 @@ func abandonAfter(cfg *gateway.Config, d time.Duration) {
 func (o *serveOptions) brokerConfig(st store.Store, log *slog.Logger) (broker.Config, string, error) {
 	orphan := o.orphanTimeout
 	if orphan == 0 {
-		orphan = -1 // the flag's 0 disables; the Config's 0 is the default
-	}
-	// The flags' 0 means no limit; the Config's 0 means the default.
-	retention := store.Retention{MaxAge: o.retention, MaxTerminal: o.retentionTasks}
-	if retention.MaxAge == 0 {
-		retention.MaxAge = -1
-	}
-	if retention.MaxTerminal == 0 {
-		retention.MaxTerminal = -1
+		orphan = broker.Forever // the flag's 0 disables; the Config's 0 is the default
 	}
 	cfg := broker.Config{
-		BusName:             o.bus,
-		Retention:           retention,
+		BusName: o.bus,
+		// The flags' 0 means no limit, as a Retention's zero field does.
+		Retention:           &store.Retention{MaxAge: o.retention, MaxTerminal: o.retentionTasks},
 		Store:               st,
 		MaxTasksPerContext:  o.maxTasksPerContext,
 		MaxAgentsPerSession: o.maxAgentsPerSess,

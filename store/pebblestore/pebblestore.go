@@ -130,12 +130,14 @@ const (
 	roleSend = 's'
 )
 
-// Options configures Open. The zero value is the default.
+// Options configures Open. The zero value is the default; a negative
+// value is invalid (Validate).
 type Options struct {
 	// LockTimeout is how long Open waits for another process to let go of
-	// the store. 0 means one second.
+	// the store. 0 means DefaultLockTimeout.
 	LockTimeout time.Duration
-	// MaxBatch bounds the changes that share one commit. 0 means 1000.
+	// MaxBatch bounds the changes that share one commit. 0 means
+	// DefaultMaxBatch.
 	MaxBatch int
 	// AcceptDataLoss opens a store whose database is gone from its folder
 	// as a new one; OnDataLoss hears why. By default Open refuses it
@@ -158,9 +160,31 @@ type Options struct {
 	disk *disk              // Open's: the writes that wait for room
 }
 
-// DefaultCloseTimeout is Close's wait for the disk when
-// Options.CloseTimeout is 0: within the 5 s a broker has to stop.
-const DefaultCloseTimeout = 2 * time.Second
+// Defaults of Options' zero fields.
+const (
+	DefaultLockTimeout = time.Second
+	DefaultMaxBatch    = 1000
+	// DefaultCloseTimeout is within the 5 s a broker has to stop.
+	DefaultCloseTimeout = 2 * time.Second
+)
+
+// ErrInvalidOptions is returned by Options.Validate, and so by Open, for
+// a field out of its range.
+var ErrInvalidOptions = errors.New("pebblestore: invalid options")
+
+// Validate reports the first field of opts out of its range
+// (ErrInvalidOptions): a negative one.
+func (opts Options) Validate() error {
+	switch {
+	case opts.LockTimeout < 0:
+		return fmt.Errorf("%w: LockTimeout must not be negative (got %v)", ErrInvalidOptions, opts.LockTimeout)
+	case opts.MaxBatch < 0:
+		return fmt.Errorf("%w: MaxBatch must not be negative (got %d)", ErrInvalidOptions, opts.MaxBatch)
+	case opts.CloseTimeout < 0:
+		return fmt.Errorf("%w: CloseTimeout must not be negative (got %v)", ErrInvalidOptions, opts.CloseTimeout)
+	}
+	return nil
+}
 
 // Store is the durable store. It implements store.Store.
 type Store struct {
@@ -247,16 +271,19 @@ func (o *op) abandon() bool { return o.state.CompareAndSwap(opQueued, opAbandone
 // another process, a store from a newer version and a damaged store are
 // errors: the store never starts over silently.
 func Open(dir string, opts Options) (*Store, error) {
-	if opts.LockTimeout <= 0 {
-		opts.LockTimeout = time.Second
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 1000
+	if opts.LockTimeout == 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = DefaultMaxBatch
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.CloseTimeout <= 0 {
+	if opts.CloseTimeout == 0 {
 		opts.CloseTimeout = DefaultCloseTimeout
 	}
 	if opts.fs == nil {

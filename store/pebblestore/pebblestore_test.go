@@ -760,3 +760,24 @@ func TestFirstStartsAtOnceMakeOneStore(t *testing.T) {
 		require.Len(t, rs, 4, "round %d", round)
 	}
 }
+
+// TestANegativeOptionIsRefused: the zero Options are the defaults; a
+// negative field is invalid, and Open refuses it before it touches the
+// data dir.
+func TestANegativeOptionIsRefused(t *testing.T) {
+	require.NoError(t, pebblestore.Options{}.Validate())
+	for name, opts := range map[string]pebblestore.Options{
+		"LockTimeout":  {LockTimeout: -1},
+		"MaxBatch":     {MaxBatch: -1},
+		"CloseTimeout": {CloseTimeout: -time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.ErrorIs(t, opts.Validate(), pebblestore.ErrInvalidOptions)
+			dir := filepath.Join(t.TempDir(), "data")
+			_, err := pebblestore.Open(dir, opts)
+			assert.ErrorIs(t, err, pebblestore.ErrInvalidOptions)
+			_, err = os.Stat(dir)
+			assert.ErrorIs(t, err, os.ErrNotExist)
+		})
+	}
+}
