@@ -23,8 +23,7 @@ type Durable struct {
 	// Queued reports how many changes wait for the store's committer.
 	Queued func(s store.Tasks) int
 	// Hold keeps the store's committer busy until release, so that the
-	// changes made meanwhile queue for it. nil holds it with an Update
-	// whose fn waits, which holds a store that runs fn inside its commit.
+	// changes made meanwhile queue for it.
 	Hold func(s store.Tasks) (release func())
 	// CutShort leaves in dir what a first start killed mid-way leaves,
 	// and returns its path.
@@ -172,15 +171,6 @@ func testPruneShared(t *testing.T, d Durable) {
 
 // hold keeps the committer of s busy until release (Durable.Hold).
 func hold(t *testing.T, d Durable, s store.Tasks) (release func()) {
-	if d.Hold != nil {
-		return d.Hold(s)
-	}
-	require.NoError(t, s.Create(ctx(), NewRecord("busy", "c", "a", "b", 99), 0))
-	let, started, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		s.Update(ctx(), "busy", func(*store.Record) error { close(started); <-let; return nil })
-	}()
-	<-started
-	return func() { close(let); <-done }
+	require.NotNil(t, d.Hold, "storetest.Durable.Hold is required")
+	return d.Hold(s)
 }
