@@ -173,26 +173,10 @@ func (c *Client) readLoop(r io.Reader) {
 // dispatch routes one line: a response to its call, a notification to its
 // session.
 func (c *Client) dispatch(line []byte) {
-	if session, ok := fastNote(line); ok {
-		c.subs.Deliver(session, line)
+	h, err := readHead(line)
+	if err != nil {
+		c.log.Warn("unreadable line from the broker skipped", "error", err)
 		return
-	}
-	h, ok := scanHead(line)
-	if !ok {
-		// Not the broker's usual shape: decode it in full.
-		var full struct {
-			ID     json.RawMessage `json:"id"`
-			Method *string         `json:"method"`
-			Params struct {
-				RecipientContextID string `json:"recipientContextId"`
-				ContextID          string `json:"contextId"`
-			} `json:"params"`
-		}
-		if err := json.Unmarshal(line, &full); err != nil {
-			c.log.Warn("unreadable line from the broker skipped", "error", err)
-			return
-		}
-		h = head{id: full.ID, isNote: full.Method != nil, recipient: full.Params.RecipientContextID, context: full.Params.ContextID}
 	}
 	if h.isNote {
 		session := h.recipient
@@ -215,6 +199,30 @@ func (c *Client) dispatch(line []byte) {
 	if ch != nil {
 		ch <- result{raw: line}
 	}
+}
+
+// readHead reads what dispatch needs of a line: the broker's usual
+// notification by its leading members, any other line by a scan of its
+// head, and what the scan does not expect by a full decode.
+func readHead(line []byte) (head, error) {
+	if session, ok := fastNote(line); ok {
+		return head{isNote: true, recipient: session}, nil
+	}
+	if h, ok := scanHead(line); ok {
+		return h, nil
+	}
+	var full struct {
+		ID     json.RawMessage `json:"id"`
+		Method *string         `json:"method"`
+		Params struct {
+			RecipientContextID string `json:"recipientContextId"`
+			ContextID          string `json:"contextId"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(line, &full); err != nil {
+		return head{}, err
+	}
+	return head{id: full.ID, isNote: full.Method != nil, recipient: full.Params.RecipientContextID, context: full.Params.ContextID}, nil
 }
 
 // fail ends every pending call and subscription: the broker is gone.

@@ -130,6 +130,41 @@ func BenchmarkFastNote(b *testing.B) {
 	}
 }
 
+// BenchmarkReadHead reads what the host end routes a line by, for the
+// benchmarks' sample event and for a response carrying a task.
+func BenchmarkReadHead(b *testing.B) {
+	ev := bustest.SampleEvent("bench", 1)
+	var note struct {
+		Params wire.TaskEvent `json:"params"`
+	}
+	if err := json.Unmarshal(ev, &note); err != nil {
+		b.Fatal(err)
+	}
+	resp, err := wire.EncodeResult(json.RawMessage("17"), wire.TaskResult{Task: note.Params.Task})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		line []byte
+		want head
+	}{
+		{"notification", ev, head{isNote: true, recipient: "bench"}},
+		{"response", resp, head{id: []byte("17")}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.line)))
+			b.ReportAllocs()
+			for b.Loop() {
+				h, err := readHead(c.line)
+				if err != nil || h.isNote != c.want.isNote || h.recipient != c.want.recipient || !bytes.Equal(h.id, c.want.id) {
+					b.Fatalf("readHead: %+v, %v", h, err)
+				}
+			}
+		})
+	}
+}
+
 // fastNoteSeeds are notifications as the broker writes them, and the same
 // with what must send them to scanHead: a later "params" or
 // "recipientContextId", spelled plainly or with letter escapes.
