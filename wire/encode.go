@@ -3,22 +3,19 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
 )
 
-// Marshal encodes v exactly as json.Marshal does, byte for byte. A task,
-// a task result, the two notifications' params, and a message, status or
-// artifact (whose sizes the broker counts), which the broker encodes on
-// every send, update and event, and the send and update params a session
-// sends, are written by hand: a third
-// of json.Marshal's time, with one allocation (the result) instead of one
-// per timestamp and one for the result, and two more for each raw member
-// (metadata, a data part), which json.Compact and json.HTMLEscape check
-// and escape as json.Marshal does. Anything else, and any
-// value json.Marshal would refuse, goes to json.Marshal itself.
+// Marshal encodes v exactly as json.Marshal does, byte for byte. The
+// hot types (a task and what it holds, the two notifications' params, the
+// send and update params and results), which the broker encodes on every
+// send, update and event, are written by the codec: a third of
+// json.Marshal's time, with one allocation (the result), and two more for
+// each raw member (metadata, a data part), which json.Compact and
+// json.HTMLEscape check and escape as json.Marshal does. Anything else,
+// and any value json.Marshal would refuse, goes to json.Marshal itself.
 // FuzzMarshalIsJSONMarshal holds the two to the same bytes.
 func Marshal(v any) ([]byte, error) {
 	e := encoders.Get().(*encoder)
@@ -48,7 +45,8 @@ func AppendString(dst []byte, s string) []byte { return appendString(dst, s) }
 func MarshalNotification(method string, params any) ([]byte, error) {
 	e := encoders.Get().(*encoder)
 	defer e.release()
-	e.field(`{"jsonrpc":"2.0","method":`, method)
+	e.name(`{"jsonrpc":"2.0","method":`)
+	e.str(method)
 	e.name(`,"params":`)
 	if err := e.any(params); err != nil {
 		return nil, err
@@ -57,56 +55,18 @@ func MarshalNotification(method string, params any) ([]byte, error) {
 	return bytes.Clone(e.b), nil
 }
 
-// any appends v as json.Marshal writes it: by hand if it is of a type
-// written by hand, else (or if a raw member of it is not JSON) by
+// any appends v as json.Marshal writes it: by the codec if it is of a
+// type the codec writes, else (or if a raw member of it is not JSON) by
 // json.Marshal, whose error it returns.
 func (e *encoder) any(v any) error {
 	start := len(e.b)
-	if e.value(v) && !e.failed {
+	if e.encodeValue(v) && !e.failed {
 		return nil
 	}
 	e.b, e.failed = e.b[:start], false
 	b, err := json.Marshal(v)
 	e.b = append(e.b, b...)
 	return err
-}
-
-// value appends v if it is of a type written by hand, and reports
-// whether it was.
-func (e *encoder) value(v any) bool {
-	switch v := v.(type) {
-	case *Task:
-		e.task(v)
-	case *TaskResult:
-		e.taskResult(v)
-	case TaskResult:
-		e.taskResult(&v)
-	case *TaskEvent:
-		e.taskEvent(v)
-	case *Push:
-		e.push(v)
-	case *Message:
-		e.message(v)
-	case *TaskStatus:
-		e.status(v)
-	case *Artifact:
-		e.artifact(v)
-	case SendParams:
-		e.sendParams(&v)
-	case *SendParams:
-		e.sendParams(v)
-	case UpdateParams:
-		e.updateParams(&v)
-	case *UpdateParams:
-		e.updateParams(v)
-	case SendResult:
-		e.sendResult(&v)
-	case *SendResult:
-		e.sendResult(v)
-	default:
-		return false
-	}
-	return true
 }
 
 // EncodedLen is len(Marshal(v)), without keeping the bytes: 0 for a
@@ -136,7 +96,7 @@ func (e *encoder) release() {
 
 // encoder appends JSON as encoding/json writes it: members in field
 // order, omitempty as it means it, strings escaped for HTML, raw members
-// compacted.
+// compacted. Its methods for the hot types are generated (codec_gen.go).
 type encoder struct {
 	b      []byte
 	failed bool // a raw member was not valid JSON
@@ -145,27 +105,6 @@ type encoder struct {
 func (e *encoder) name(n string) { e.b = append(e.b, n...) }
 
 func (e *encoder) str(s string) { e.b = appendString(e.b, s) }
-
-// field appends a member name (with its comma and colon) and a string.
-func (e *encoder) field(name, s string) {
-	e.name(name)
-	e.str(s)
-}
-
-// omitEmpty is field for a string member tagged omitempty.
-func (e *encoder) omitEmpty(name, s string) {
-	if s != "" {
-		e.field(name, s)
-	}
-}
-
-// omitEmptyRaw appends a raw member tagged omitempty.
-func (e *encoder) omitEmptyRaw(name string, m json.RawMessage) {
-	if len(m) > 0 {
-		e.name(name)
-		e.raw(m)
-	}
-}
 
 func (e *encoder) time(t Time) {
 	e.b = append(e.b, '"')
@@ -205,241 +144,6 @@ func (e *encoder) raw(m json.RawMessage) {
 	var h bytes.Buffer
 	json.HTMLEscape(&h, c.Bytes())
 	e.b = append(e.b, h.Bytes()...)
-}
-
-func (e *encoder) task(t *Task) {
-	if t == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.field(`{"id":`, t.ID)
-	e.field(`,"contextId":`, t.ContextID)
-	e.field(`,"requesterName":`, t.RequesterName)
-	e.field(`,"agentName":`, t.AgentName)
-	e.field(`,"agentContextId":`, t.AgentContextID)
-	e.name(`,"status":`)
-	e.status(&t.Status)
-	if len(t.History) > 0 {
-		e.name(`,"history":`)
-		appendList(e, t.History, e.message)
-	}
-	e.name(`,"artifacts":`)
-	appendList(e, t.Artifacts, e.artifact)
-	e.name(`,"createdAt":`)
-	e.time(t.CreatedAt)
-	e.name(`,"updatedAt":`)
-	e.time(t.UpdatedAt)
-	e.omitEmptyRaw(`,"metadata":`, t.Metadata)
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) status(s *TaskStatus) {
-	if s == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.field(`{"state":`, string(s.State))
-	e.name(`,"timestamp":`)
-	e.time(s.Timestamp)
-	if s.Message != nil {
-		e.name(`,"message":`)
-		e.message(s.Message)
-	}
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) taskResult(r *TaskResult) {
-	if r == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.name(`{"task":`)
-	e.task(r.Task)
-	e.b = append(e.b, '}')
-}
-
-// sendResult writes a send's result: a push's is {"delivered":…}.
-func (e *encoder) sendResult(r *SendResult) {
-	if r == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.b = append(e.b, '{')
-	if r.Task != nil {
-		e.name(`"task":`)
-		e.task(r.Task)
-	}
-	if r.Delivered != "" {
-		if r.Task != nil {
-			e.b = append(e.b, ',')
-		}
-		e.field(`"delivered":`, r.Delivered)
-	}
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) message(m *Message) {
-	if m == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.field(`{"messageId":`, m.MessageID)
-	e.omitEmpty(`,"role":`, string(m.Role))
-	e.name(`,"parts":`)
-	e.parts(m.Parts)
-	e.omitEmpty(`,"from":`, m.From)
-	e.omitEmpty(`,"taskId":`, m.TaskID)
-	e.omitEmpty(`,"contextId":`, m.ContextID)
-	e.omitEmptyRaw(`,"metadata":`, m.Metadata)
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) artifact(a *Artifact) {
-	if a == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.field(`{"artifactId":`, a.ArtifactID)
-	e.omitEmpty(`,"name":`, a.Name)
-	e.name(`,"parts":`)
-	e.parts(a.Parts)
-	e.omitEmptyRaw(`,"metadata":`, a.Metadata)
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) parts(ps []Part) { appendList(e, ps, e.part) }
-
-func (e *encoder) part(p *Part) {
-	e.field(`{"kind":`, string(p.Kind))
-	if p.Text != nil {
-		e.field(`,"text":`, *p.Text)
-	}
-	e.omitEmptyRaw(`,"data":`, p.Data)
-	if f := p.File; f != nil {
-		e.name(`,"file":{`)
-		comma := false
-		member := func(n string) {
-			if comma {
-				e.b = append(e.b, ',')
-			}
-			comma = true
-			e.name(n)
-		}
-		if f.Name != "" {
-			member(`"name":`)
-			e.str(f.Name)
-		}
-		if f.MimeType != "" {
-			member(`"mimeType":`)
-			e.str(f.MimeType)
-		}
-		if f.Bytes != nil {
-			member(`"bytes":`)
-			e.str(*f.Bytes)
-		}
-		if f.URI != nil {
-			member(`"uri":`)
-			e.str(*f.URI)
-		}
-		e.b = append(e.b, '}')
-	}
-	e.omitEmptyRaw(`,"metadata":`, p.Metadata)
-	e.b = append(e.b, '}')
-}
-
-// appendList appends xs as encoding/json writes a slice: null when nil,
-// else each element as one writes it, in brackets.
-func appendList[T any](e *encoder, xs []T, one func(*T)) {
-	if xs == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.b = append(e.b, '[')
-	for i := range xs {
-		if i > 0 {
-			e.b = append(e.b, ',')
-		}
-		one(&xs[i])
-	}
-	e.b = append(e.b, ']')
-}
-
-// sendParams and updateParams write the params a session sends most.
-func (e *encoder) sendParams(p *SendParams) {
-	if p == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.field(`{"token":`, p.Token)
-	e.omitEmpty(`,"to":`, p.To)
-	e.omitEmpty(`,"taskId":`, p.TaskID)
-	e.name(`,"message":`)
-	e.message(p.Message)
-	if p.Oneway {
-		e.name(`,"oneway":true`)
-	}
-	e.omitEmptyRaw(`,"metadata":`, p.Metadata)
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) updateParams(p *UpdateParams) {
-	if p == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.field(`{"token":`, p.Token)
-	e.field(`,"taskId":`, p.TaskID)
-	e.field(`,"state":`, string(p.State))
-	if p.Message != nil {
-		e.name(`,"message":`)
-		e.message(p.Message)
-	}
-	if len(p.Artifacts) > 0 {
-		e.name(`,"artifacts":`)
-		appendList(e, p.Artifacts, e.artifact)
-	}
-	e.omitEmpty(`,"messageId":`, p.MessageID)
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) head(h *EventHead) {
-	e.field(`{"recipient":`, h.Recipient)
-	e.field(`,"recipientContextId":`, h.RecipientContextID)
-	e.field(`,"contextId":`, h.ContextID)
-	e.name(`,"seq":`)
-	e.b = strconv.AppendUint(e.b, h.Seq, 10)
-	e.field(`,"epoch":`, h.Epoch)
-}
-
-func (e *encoder) taskEvent(v *TaskEvent) {
-	if v == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.head(&v.EventHead)
-	e.field(`,"taskId":`, v.TaskID)
-	e.field(`,"kind":`, string(v.Kind))
-	e.name(`,"task":`)
-	e.task(v.Task)
-	if v.Message != nil {
-		e.name(`,"message":`)
-		e.message(v.Message)
-	}
-	e.name(`,"final":`)
-	e.b = strconv.AppendBool(e.b, v.Final)
-	e.b = append(e.b, '}')
-}
-
-func (e *encoder) push(v *Push) {
-	if v == nil {
-		e.b = append(e.b, "null"...)
-		return
-	}
-	e.head(&v.EventHead)
-	e.field(`,"from":`, v.From)
-	e.name(`,"message":`)
-	e.message(v.Message)
-	e.b = append(e.b, '}')
 }
 
 const hexDigits = "0123456789abcdef"

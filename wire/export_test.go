@@ -9,20 +9,15 @@ var (
 // AppendTime is the encoder's time writer.
 var AppendTime = appendTime
 
-// FastEvent and FullEvent are DecodeEvent's two paths.
+// CodecDecode and LibraryUnmarshal are Unmarshal's two ways: the codec,
+// and the library it reads as.
 var (
-	FastEvent = fastEvent
-	FullEvent = decodeEvent
+	CodecDecode      = codecDecode
+	LibraryUnmarshal = libraryUnmarshal
 )
 
-// FastRequest and FullRequest are ParseRequest's two paths.
-var (
-	FastRequest = fastRequest
-	FullRequest = parseRequest
-)
-
-// FullResponse is DecodeResponse's full path.
-var FullResponse = decodeResponse
-
-// FastResult is DecodeResponse's fast path.
-var FastResult = fastResult
+// NewEventNote and NewEnvelope return the unexported types the codec
+// reads: a notification as DecodeEvent reads it, and any message as
+// ParseRequest and DecodeResponse read it.
+func NewEventNote() any { return new(eventNote) }
+func NewEnvelope() any  { return new(envelope) }

@@ -171,7 +171,7 @@ func FuzzParseRequestAgreesWithADecode(f *testing.F) {
 		`{"jsonrpc":"2.0","id":1,"method":"a2a.agents.list","params":{"token":"t"}}`,
 		`{"jsonrpc":"2.0","method":"m","params":{"a":"}\"{"},"params":[1]}`, `{"jsonrpc":"2\u002e0","\u0069d":"x","method":"m\n"}`,
 		` {"method" : "m" , "jsonrpc" : "2.0" , "id" : -0.5e-3 , "Params":{} } `, `{"jsonrpc":"2.0","id":1,"method":"m","params":null}`,
-		`{"jsonrpc":"2.0","id":1,"method":"m","x":tru}`, `{"jsonrpc":"2.0","id":{},"method":"m"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"m","x":tru}`, `{"jsonrpc":"2.0","id":{},"method":"m"}`, `{"jsonrpc":"2.0","id":1,"method":"m\ud800"}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -26,12 +26,12 @@ type Request struct {
 	ID      json.RawMessage `json:"id,omitempty"`
 	Method  string          `json:"method"`
 	Params  json.RawMessage `json:"params,omitempty"`
-	// decoded is Params decoded, when the fast path read the request.
+	// decoded is Params decoded, when ParseRequest read them.
 	decoded any
 }
 
 // DecodeParams decodes the request's params into v, as DecodeParams
-// does. Params the fast path read come already decoded.
+// does. The params of a send or an update come decoded by ParseRequest.
 func (r *Request) DecodeParams(v any) *Error {
 	switch d := r.decoded.(type) {
 	case *SendParams:
@@ -66,112 +66,132 @@ type Notification struct {
 	Params  json.RawMessage `json:"params"`
 }
 
-// envelope decodes the members of any message without committing to their
-// types, so each can be checked in the protocol's order.
+// envelope holds the members of any message without committing to their
+// types, so that each can be checked in the protocol's order. The codec
+// reads them as slices of the message, each checked as JSON.
 type envelope struct {
-	JSONRPC json.RawMessage `json:"jsonrpc"`
-	ID      json.RawMessage `json:"id"`
-	Method  json.RawMessage `json:"method"`
-	Params  json.RawMessage `json:"params"`
-	Result  json.RawMessage `json:"result"`
-	Error   json.RawMessage `json:"error"`
+	JSONRPC jsontext.Value `json:"jsonrpc"`
+	ID      jsontext.Value `json:"id"`
+	Method  jsontext.Value `json:"method"`
+	Params  jsontext.Value `json:"params"`
+	Result  jsontext.Value `json:"result"`
+	Error   jsontext.Value `json:"error"`
 }
 
 var null = []byte("null")
 
-// decodeEnvelope decodes the members of a message by their exact names:
-// encoding/json would match "ID" or "Method" to the fields too, but those
-// are unknown members, to be ignored. The scan of the top level is the fast
-// path; a message with an escaped member name takes a map decode, and one
-// that is not valid JSON takes encoding/json for its error message.
+// decodeEnvelope reads the members of a message by their exact names
+// ("ID" or "Method" are unknown members, ignored); a member given twice
+// takes its last value.
 func decodeEnvelope(raw []byte) (envelope, error) {
-	if validJSON(raw) {
-		if env, ok := scanEnvelope(raw); ok {
-			return env, nil
+	var env envelope // read by the codec, it stays on the stack
+	if codecDecodeEnvelope(raw, &env) {
+		return env, nil
+	}
+	lib := new(envelope) // not JSON, or nested past the codec's reach
+	err := libraryUnmarshal(raw, lib)
+	return *lib, err
+}
+
+func codecDecodeEnvelope(raw []byte, env *envelope) bool {
+	d := newDecoder(raw)
+	defer d.release()
+	d.decEnvelope(env)
+	return d.end()
+}
+
+// readRequest reads the members of a request as decodeEnvelope does, and
+// how deeply the request nests. The params of a send or an update that
+// come after the method, as EncodeRequest writes them, it decodes in the
+// same pass (decoded); other params it reads by their structure alone,
+// for the caller to check. ok is false for a request that is not JSON,
+// that nests past the codec's reach, or whose params decoded in the pass
+// the codec leaves to the library.
+func readRequest(raw []byte, eager bool) (env envelope, depth int, decoded any, ok bool) {
+	d := newDecoder(raw)
+	defer d.release()
+	d.exactDepth = MaxDepth
+	for f := d.first(requestFields); f != endObject; f = d.next(requestFields, f) {
+		var v []byte
+		switch c := d.peek(); {
+		case f == 3: // params
+			start := d.i
+			if p := paramsFor(env.Method); eager && c == '{' && p != nil && d.decodeValue(p) && !d.bad {
+				decoded = p
+			} else {
+				decoded = nil
+				d.valueEnd() // to measure the nesting; checked by the caller
+			}
+			env.Params = d.b[start:d.i:d.i]
+			continue
+		case c == '{' || c == '[':
+			start := d.i
+			d.valueEnd() // to measure the nesting
+			if v = d.b[start:d.i:d.i]; !d.bad && !validJSON(v) {
+				d.fail()
+			}
+		default:
+			v = d.value()
+		}
+		switch f {
+		case 0:
+			env.JSONRPC = v
+		case 1:
+			env.ID = v
+		case 2:
+			env.Method = v
 		}
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return envelope{}, err
+	return env, d.deepest, decoded, d.end()
+}
+
+// requestFields are the members of a request, in the order
+// EncodeRequest writes them.
+var requestFields = newFields("jsonrpc", "id", "method", "params")
+
+// paramsFor returns new params for a send or an update, the requests of
+// every round trip, which ParseRequest decodes with the codec; nil for
+// any other method.
+func paramsFor(method jsontext.Value) any {
+	switch string(method) {
+	case `"` + MethodSend + `"`:
+		return new(SendParams)
+	case `"` + MethodUpdateTask + `"`:
+		return new(UpdateParams)
 	}
-	return envelope{JSONRPC: m["jsonrpc"], ID: m["id"], Method: m["method"], Params: m["params"], Result: m["result"], Error: m["error"]}, nil
+	return nil
+}
+
+// depthOf returns how deeply valid JSON nests arrays and objects.
+func depthOf(raw []byte) int {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), decodeOptions)
+	deepest := 0
+	for {
+		if _, err := dec.ReadToken(); err != nil {
+			return deepest
+		}
+		deepest = max(deepest, dec.StackDepth())
+	}
 }
 
 // validJSON is json.Valid, at twice its speed: jsontext's validator, told
 // to accept what json.Valid accepts (duplicate names, invalid UTF-8, which
 // are checked elsewhere).
 func validJSON(raw []byte) bool {
-	return jsontext.Value(raw).IsValid(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	return jsontext.Value(raw).IsValid(decodeOptions)
 }
 
-// scanEnvelope reads the top-level members of raw, which must be a valid
-// JSON object, without decoding or copying their values: each member is a
-// slice of raw. A duplicate member takes the last value, as encoding/json
-// does. ok is false for a member name with an escape, which only a decode
-// can compare.
-func scanEnvelope(raw []byte) (env envelope, ok bool) {
-	i := skipSpace(raw, 0)
-	if i >= len(raw) || raw[i] != '{' {
-		return envelope{}, false
-	}
-	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == '}' {
-		return env, true
-	}
-	for i < len(raw) && raw[i] == '"' {
-		end := i + 1
-		for end < len(raw) && raw[end] != '"' {
-			if raw[end] == '\\' {
-				return envelope{}, false
-			}
-			end++
-		}
-		name := raw[i+1 : min(end, len(raw))]
-		i = skipSpace(raw, end+1)
-		if i >= len(raw) || raw[i] != ':' {
-			return envelope{}, false
-		}
-		i = skipSpace(raw, i+1)
-		start := i
-		i = skipValue(raw, i)
-		if i <= start {
-			return envelope{}, false
-		}
-		v := json.RawMessage(raw[start:i:i])
-		switch string(name) {
-		case "jsonrpc":
-			env.JSONRPC = v
-		case "id":
-			env.ID = v
-		case "method":
-			env.Method = v
-		case "params":
-			env.Params = v
-		case "result":
-			env.Result = v
-		case "error":
-			env.Error = v
-		}
-		i = skipSpace(raw, i)
-		if i < len(raw) && raw[i] == ',' {
-			i = skipSpace(raw, i+1)
-			continue
-		}
-		return env, i < len(raw) && raw[i] == '}'
-	}
-	return envelope{}, false
-}
-
-// jsonString reads a JSON string value; escapes take a decode.
-func jsonString(v json.RawMessage) (string, bool) {
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && bytes.IndexByte(v, '\\') < 0 {
-		return string(v[1 : len(v)-1]), true
-	}
-	var s string
-	if v == nil || json.Unmarshal(v, &s) != nil {
+// jsonString reads a JSON string value, which is valid JSON, as the
+// library does: a lone surrogate is U+FFFD.
+func jsonString(v jsontext.Value) (string, bool) {
+	if len(v) < 2 || v[0] != '"' {
 		return "", false
 	}
-	return s, true
+	if bytes.IndexByte(v, '\\') < 0 {
+		return string(v[1 : len(v)-1]), true
+	}
+	s, _ := jsontext.AppendUnquote(nil, v) // valid: only a surrogate to report
+	return string(s), true
 }
 
 // ParseRequest decodes one raw request as the broker must (PROTOCOL §1).
@@ -189,15 +209,6 @@ func ParseRequest(raw []byte, maxBytes int) (*Request, *Error) {
 	if len(raw) > maxBytes {
 		return nil, ErrInvalidRequest.Withf("message of %d bytes is over the limit of %d", len(raw), maxBytes)
 	}
-	if req, ok := fastRequest(raw); ok {
-		return req, nil
-	}
-	return parseRequest(raw)
-}
-
-// parseRequest is ParseRequest's full path, for a request within the size
-// limit.
-func parseRequest(raw []byte) (*Request, *Error) {
 	if !utf8.Valid(raw) {
 		return nil, ErrParse.Withf("message is not valid UTF-8")
 	}
@@ -208,42 +219,90 @@ func parseRequest(raw []byte) (*Request, *Error) {
 	switch trimmed[0] {
 	case '{':
 	case '[':
-		if !json.Valid(trimmed) {
+		if !validJSON(trimmed) {
 			return nil, ErrParse.Withf("message is not valid JSON")
 		}
 		return nil, ErrInvalidRequest.Withf("batches are not supported")
 	default:
-		if !json.Valid(trimmed) {
+		if !validJSON(trimmed) {
 			return nil, ErrParse.Withf("message is not valid JSON")
 		}
 		return nil, ErrInvalidRequest.Withf("a request must be a JSON object")
 	}
-	env, err := decodeEnvelope(trimmed)
-	if err != nil {
-		return nil, ErrParse.Withf("message is not valid JSON: %s", jsonProblem(err))
+	env, depth, decoded, ok := readRequest(trimmed, true)
+	if !ok {
+		// Params the codec leaves to the library, or not JSON.
+		env, depth, decoded, ok = readRequest(trimmed, false)
 	}
-	if nestedDeeper(trimmed, MaxDepth) {
-		return nil, ErrInvalidRequest.Withf("message nests arrays and objects deeper than %d levels", MaxDepth)
-	}
-	if version, ok := jsonString(env.JSONRPC); !ok || version != Version {
-		return nil, ErrInvalidRequest.Withf(`"jsonrpc" must be "2.0"`)
-	}
-	if env.ID != nil {
-		switch env.ID[0] {
-		case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
-		default:
-			return nil, ErrInvalidRequest.Withf(`"id" must be a string, a number or null`)
+	if ok && decoded == nil && env.Params != nil {
+		if p := paramsFor(env.Method); p != nil && ParamsObject(json.RawMessage(env.Params)) && codecDecode(env.Params, p) {
+			decoded = p // and so JSON
+		} else if !validJSON(env.Params) {
+			ok = false
 		}
 	}
-	method, ok := jsonString(env.Method)
+	if !ok {
+		// The library says what is wrong, or, for a request nested past
+		// the codec's reach, what it holds and how deep.
+		lib := new(envelope)
+		if err := libraryUnmarshal(trimmed, lib); err != nil {
+			return nil, ErrParse.Withf("message is not valid JSON: %s", decodeProblem(err))
+		}
+		env, depth, decoded = *lib, depthOf(trimmed), nil
+	}
+	if depth > MaxDepth {
+		return nil, ErrInvalidRequest.Withf("message nests arrays and objects deeper than %d levels", MaxDepth)
+	}
+	if string(env.JSONRPC) != `"`+Version+`"` {
+		if version, ok := jsonString(env.JSONRPC); !ok || version != Version {
+			return nil, ErrInvalidRequest.Withf(`"jsonrpc" must be "2.0"`)
+		}
+	}
+	if env.ID != nil && !validID(env.ID) {
+		return nil, ErrInvalidRequest.Withf(`"id" must be a string, a number or null`)
+	}
+	method, ok := methodName(env.Method)
 	if !ok || method == "" {
 		return nil, ErrInvalidRequest.Withf(`"method" must be a non-empty string`)
 	}
-	params := env.Params
+	params := json.RawMessage(env.Params)
 	if params == nil {
 		params = json.RawMessage("{}")
 	}
-	return &Request{JSONRPC: Version, ID: bytes.Clone(env.ID), Method: method, Params: params}, nil
+	return &Request{JSONRPC: Version, ID: bytes.Clone(env.ID), Method: method, Params: params, decoded: decoded}, nil
+}
+
+// methods are the methods a request names, so that reading one makes no
+// string.
+var methods = map[string]string{}
+
+func init() {
+	for _, m := range []string{MethodRegister, MethodDeregister, MethodListAgents, MethodSend, MethodGetTask, MethodListTasks,
+		MethodUpdateTask, MethodCancelTask, MethodReplay, MethodSessionOpen, MethodSessionClose, MethodAdminInfo,
+		MethodAdminAgents, MethodAdminTasks, MethodAdminSessions, MethodGatewayClientIssue, MethodGatewayClientRevoke} {
+		methods[`"`+m+`"`] = m
+	}
+}
+
+// methodName reads a request's method, a string.
+func methodName(v jsontext.Value) (string, bool) {
+	if m, ok := methods[string(v)]; ok {
+		return m, true
+	}
+	return jsonString(v)
+}
+
+// validID reports whether a valid JSON value is a string, a number or
+// null.
+func validID(id []byte) bool {
+	if len(id) == 0 {
+		return false
+	}
+	switch id[0] {
+	case '"', 'n', '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		return true
+	}
+	return false
 }
 
 // MaxDepth bounds how deeply a request nests arrays and objects
@@ -253,27 +312,26 @@ func parseRequest(raw []byte) (*Request, *Error) {
 // reads, so whatever the broker accepts it can read back and deliver.
 const MaxDepth = 128
 
-// nestedDeeper reports whether valid JSON raw nests arrays and objects
-// deeper than limit.
-func nestedDeeper(raw []byte, limit int) bool {
-	depth := 0
-	for i := 0; i < len(raw); i++ {
-		switch raw[i] {
-		case '"':
-			for i++; i < len(raw) && raw[i] != '"'; i++ {
-				if raw[i] == '\\' {
-					i++
-				}
-			}
-		case '{', '[':
-			if depth++; depth > limit {
-				return true
-			}
-		case '}', ']':
-			depth--
+// PeekID returns the id of a request without checking the rest of it: the
+// raw value of its top-level "id" member, nil when it has none or the
+// message is not a JSON object. It is a fast path for answering requests
+// that will not be served (a flood's overflow); it agrees with
+// ParseRequest's id whenever ParseRequest accepts the message.
+func PeekID(raw []byte) json.RawMessage {
+	d := newDecoder(raw)
+	defer d.release()
+	var id []byte
+	for more := d.objectStart(); more; more = d.objectNext() {
+		if string(d.name()) == "id" {
+			id = d.value()
+		} else {
+			d.skipLoose()
 		}
 	}
-	return false
+	if !d.end() || !validID(id) {
+		return nil
+	}
+	return bytes.Clone(id)
 }
 
 // ParamsObject reports whether raw params are a JSON object (after
@@ -290,7 +348,8 @@ func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
 	defer e.release()
 	e.name(`{"jsonrpc":"2.0","id":`)
 	e.b = strconv.AppendUint(e.b, id, 10)
-	e.field(`,"method":`, method)
+	e.name(`,"method":`)
+	e.str(method)
 	e.name(`,"params":`)
 	switch p := params.(type) {
 	case nil:
@@ -334,39 +393,9 @@ var ErrNotResponse = errors.New("wire: not a JSON-RPC response")
 
 // DecodeResponse decodes a response. It returns the raw id, and either the
 // raw result or the error object the broker answered with. A message that
-// is not a response is ErrNotResponse.
+// is not a response is ErrNotResponse. The id and the result are slices of
+// raw, capped: an append to either cannot write into raw.
 func DecodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpcErr *Error, err error) {
-	if id, result, ok := fastResult(raw); ok {
-		return id, result, nil, nil
-	}
-	return decodeResponse(raw)
-}
-
-// fastResult splits a successful response written as EncodeResult writes
-// it, {"jsonrpc":"2.0","id":<id>,"result":<result>} without a space: a
-// caller's every answer but its errors. Checking the id and the result as
-// valid JSON then checks the whole, and nothing is walked twice. ok is
-// false for anything else, which DecodeResponse reads the full way.
-func fastResult(raw []byte) (id, result json.RawMessage, ok bool) {
-	const head, mid = `{"jsonrpc":"2.0","id":`, `,"result":`
-	if !bytes.HasPrefix(raw, []byte(head)) || raw[len(raw)-1] != '}' {
-		return nil, nil, false
-	}
-	end := skipValue(raw, len(head))
-	if end <= len(head) || !bytes.HasPrefix(raw[end:], []byte(mid)) {
-		return nil, nil, false
-	}
-	// Capped, as the full path's are: an append to either cannot write
-	// into raw.
-	id, result = raw[len(head):end:end], raw[end+len(mid):len(raw)-1:len(raw)-1]
-	if len(result) == 0 || isSpace(result[0]) || isSpace(result[len(result)-1]) || !validJSON(id) || !validJSON(result) {
-		return nil, nil, false
-	}
-	return id, result, true
-}
-
-// decodeResponse is DecodeResponse's full path.
-func decodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpcErr *Error, err error) {
 	env, err := decodeEnvelope(raw)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: %v", ErrNotResponse, err)
@@ -374,18 +403,51 @@ func decodeResponse(raw []byte) (id json.RawMessage, result json.RawMessage, rpc
 	if env.Method != nil {
 		return nil, nil, nil, fmt.Errorf("%w: it has a method", ErrNotResponse)
 	}
+	id = json.RawMessage(env.ID)
 	if env.Error != nil && !bytes.Equal(env.Error, null) {
 		var e Error
 		if err := Unmarshal(env.Error, &e); err != nil {
-			return env.ID, nil, nil, fmt.Errorf("%w: bad error object: %v", ErrNotResponse, err)
+			return id, nil, nil, fmt.Errorf("%w: bad error object: %v", ErrNotResponse, err)
 		}
-		return env.ID, nil, &e, nil
+		return id, nil, &e, nil
 	}
 	if env.Result == nil {
-		return env.ID, nil, nil, fmt.Errorf("%w: neither result nor error", ErrNotResponse)
+		return id, nil, nil, fmt.Errorf("%w: neither result nor error", ErrNotResponse)
 	}
-	return env.ID, env.Result, nil, nil
+	return id, json.RawMessage(env.Result), nil, nil
 }
+
+// ResponseError returns the error of a response, nil for a result (or for
+// something that is not a response at all). It reads the members up to
+// the first "result" or "error" only, so that telling a result of any
+// size from an error costs the same.
+func ResponseError(resp []byte) *Error {
+	d := newDecoder(resp)
+	defer d.release()
+	for f := d.first(responseFields); f != endObject; f = d.next(responseFields, f) {
+		switch f {
+		case 2: // result
+			return nil
+		case 3: // error
+			v := d.value()
+			if v == nil || bytes.Equal(v, null) {
+				continue // no error: the result says
+			}
+			var e Error
+			if Unmarshal(v, &e) != nil {
+				return nil
+			}
+			return &e
+		default:
+			d.skip()
+		}
+	}
+	return nil
+}
+
+// responseFields are the members of a response, in the order
+// EncodeResult and ErrorResponse write them.
+var responseFields = newFields("jsonrpc", "id", "result", "error")
 
 // NotificationHead is what a bus needs to route a notification without
 // decoding it whole.
@@ -414,7 +476,7 @@ func DecodeNotificationHead(raw []byte) (NotificationHead, error) {
 			Epoch              string `json:"epoch"`
 		} `json:"params"`
 	}
-	if err := json.Unmarshal(raw, &n); err != nil {
+	if err := Unmarshal(raw, &n); err != nil {
 		return NotificationHead{}, err
 	}
 	return NotificationHead{
@@ -436,27 +498,6 @@ func DecodeParams(params json.RawMessage, v any) *Error {
 		return ErrInvalidParams.Withf("%s", decodeProblem(err))
 	}
 	return nil
-}
-
-// jsonProblem rewrites encoding/json's errors in the protocol's terms, so
-// that no Go type name reaches a client.
-func jsonProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field != "" {
-			return fmt.Sprintf("%s: want %s, got %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
-		}
-		return fmt.Sprintf("want %s, got %s", jsonKind(te.Type.Kind().String()), te.Value)
-	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return fmt.Sprintf("%v (at byte %d)", se, se.Offset)
-	}
-	var fe *FieldError
-	if errors.As(err, &fe) {
-		return fe.Error()
-	}
-	return err.Error()
 }
 
 func jsonKind(goKind string) string {

@@ -33,3 +33,32 @@ func TestValidJSONAgreesAtTheNestingLimit(t *testing.T) {
 		}
 	}
 }
+
+// FuzzValueEndIsTheLibrarys: the decoder's structural reading of a value,
+// by which it skips what it does not check and measures nesting, ends
+// where jsontext ends the value, and finds its depth, on any valid JSON.
+func FuzzValueEndIsTheLibrarys(f *testing.F) {
+	for _, s := range []string{
+		`{"a":[1,{"b":"}]\""}],"c":"\\"}`, `[[],[[]],{"x":{"y":[]}}]`, `"a\"b"`, `123`, `{"k":"é{[\u007b"}`,
+		`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipient":"a","message":{"parts":[{"kind":"text","text":"x\\\"]}"}]}}}`,
+	} {
+		f.Add([]byte(s), []byte(`,"x":1}`))
+	}
+	f.Fuzz(func(t *testing.T, value, after []byte) {
+		if !validJSON(value) || len(value) == 0 || isSpace(value[0]) || isSpace(value[len(value)-1]) {
+			return
+		}
+		if len(after) > 0 && !strings.ContainsRune(",}] \t\r\n", rune(after[0])) {
+			return // a number or a literal ends only at a delimiter
+		}
+		d := newDecoder(append(value[:len(value):len(value)], after...))
+		defer d.release()
+		end := d.valueEnd()
+		if d.bad || end != len(value) {
+			t.Fatalf("%q: value ends at %d (bad %v), not %d", value, end, d.bad, len(value))
+		}
+		if want := depthOf(value); d.deepest != want {
+			t.Fatalf("%q: depth %d, not %d", value, d.deepest, want)
+		}
+	})
+}

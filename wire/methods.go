@@ -273,23 +273,25 @@ type eventParams struct {
 	From    string    `json:"from"`
 }
 
-// DecodeEvent decodes a notification from the broker, in one pass: the
-// fast one for the form the broker writes, else the full one.
-func DecodeEvent(raw []byte) (*Event, error) {
-	if ev, ok := fastEvent(raw); ok {
-		return ev, nil
-	}
-	return decodeEvent(raw)
+// eventNote is a notification as DecodeEvent reads it.
+type eventNote struct {
+	Method string      `json:"method"`
+	Params eventParams `json:"params"`
 }
 
-// decodeEvent is DecodeEvent's full decode, of any JSON.
-func decodeEvent(raw []byte) (*Event, error) {
-	var n struct {
-		Method string      `json:"method"`
-		Params eventParams `json:"params"`
-	}
-	if err := Unmarshal(raw, &n); err != nil {
-		return nil, err
+// DecodeEvent decodes a notification from the broker, in one pass.
+func DecodeEvent(raw []byte) (*Event, error) {
+	var n eventNote // read by the codec, it stays on the stack
+	d := newDecoder(raw)
+	d.decEventNote(&n)
+	ok := d.end()
+	d.release()
+	if !ok {
+		lib := new(eventNote)
+		if err := libraryUnmarshal(raw, lib); err != nil {
+			return nil, err
+		}
+		n = *lib
 	}
 	p := &n.Params
 	ev := &Event{Method: n.Method}

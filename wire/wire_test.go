@@ -238,3 +238,23 @@ func TestCloneSharesNothing(t *testing.T) {
 		assert.JSONEq(t, string(want), string(got), "the clone shares something with the task")
 	}
 }
+
+// TestParamsMustBeAnObject: a send or an update whose params are not an
+// object is -32602, whichever way its params are read.
+func TestParamsMustBeAnObject(t *testing.T) {
+	for _, method := range []string{wire.MethodSend, wire.MethodUpdateTask, wire.MethodGetTask} {
+		for _, params := range []string{`null`, `[]`, `"x"`, `1`} {
+			raw := `{"jsonrpc":"2.0","id":1,"method":"` + method + `","params":` + params + `}`
+			req, perr := wire.ParseRequest([]byte(raw), 0)
+			require.Nil(t, perr, raw)
+			var v any = &wire.SendParams{}
+			if method == wire.MethodUpdateTask {
+				v = &wire.UpdateParams{}
+			}
+			werr := req.DecodeParams(v)
+			require.NotNil(t, werr, raw)
+			assert.Equal(t, wire.ErrInvalidParams.Code, werr.Code, raw)
+			assert.Equal(t, "params must be an object", werr.Message, raw)
+		}
+	}
+}
