@@ -173,20 +173,16 @@ func (c *Client) readLoop(r io.Reader) {
 // dispatch routes one line: a response to its call, a notification to its
 // session.
 func (c *Client) dispatch(line []byte) {
-	h, err := readHead(line)
-	if err != nil {
-		c.log.Warn("unreadable line from the broker skipped", "error", err)
+	r, ok := wire.ReadRoute(line)
+	if !ok {
+		c.log.Warn("unreadable line from the broker skipped")
 		return
 	}
-	if h.isNote {
-		session := h.recipient
-		if session == "" {
-			session = h.context // an older producer (addressing rule 5, docs/PROTOCOL.md)
-		}
-		c.subs.Deliver(session, line)
+	if r.Notification {
+		c.subs.Deliver(r.Session, line)
 		return
 	}
-	id, err := strconv.ParseUint(string(h.id), 10, 64)
+	id, err := strconv.ParseUint(string(r.ID), 10, 64)
 	if err != nil {
 		// id null: the broker could not read a request of ours.
 		c.log.Warn("response without a call id", "response", string(bytes.TrimSpace(line[:min(len(line), 200)])))
@@ -199,30 +195,6 @@ func (c *Client) dispatch(line []byte) {
 	if ch != nil {
 		ch <- result{raw: line}
 	}
-}
-
-// readHead reads what dispatch needs of a line: the broker's usual
-// notification by its leading members, any other line by a scan of its
-// head, and what the scan does not expect by a full decode.
-func readHead(line []byte) (head, error) {
-	if session, ok := fastNote(line); ok {
-		return head{isNote: true, recipient: session}, nil
-	}
-	if h, ok := scanHead(line); ok {
-		return h, nil
-	}
-	var full struct {
-		ID     json.RawMessage `json:"id"`
-		Method *string         `json:"method"`
-		Params struct {
-			RecipientContextID string `json:"recipientContextId"`
-			ContextID          string `json:"contextId"`
-		} `json:"params"`
-	}
-	if err := json.Unmarshal(line, &full); err != nil {
-		return head{}, err
-	}
-	return head{id: full.ID, isNote: full.Method != nil, recipient: full.Params.RecipientContextID, context: full.Params.ContextID}, nil
 }
 
 // fail ends every pending call and subscription: the broker is gone.

@@ -29,9 +29,9 @@ import (
 // The decoder below is the codec's lexer. It checks every byte it reads
 // as JSON: punctuation, literals, numbers and strings without an escape
 // itself; a string with one, an array or an object it keeps raw or skips,
-// with jsontext, which checks it as it reads it. Only an id peeked at
-// (PeekID) skips values by their structure alone (skipLoose): the request
-// is checked when it is served.
+// with jsontext, which checks it as it reads it. Only a route (ReadRoute)
+// and an id peeked at (PeekID) skip values by their structure alone
+// (skipLoose): the receiver's decode checks them.
 //
 // The decoder is fast where the encoder's output makes it so: the
 // member the encoder writes next is looked for first (next), and the
