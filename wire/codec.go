@@ -90,7 +90,7 @@ func (d *decoder) release() {
 	decoders.Put(d)
 }
 
-// name is the member name objectStart, objectNext, first or next read.
+// name is the member name first or next read.
 func (d *decoder) name() []byte {
 	if d.keyEscaped {
 		return d.keyBuf
@@ -167,41 +167,6 @@ func (d *decoder) enter() {
 	if d.depth > maxNesting {
 		d.fail()
 	}
-}
-
-// objectStart reads the start of an object and, unless it is empty, its
-// first member's name (name) and colon: it reports whether a member's
-// value comes next.
-func (d *decoder) objectStart() bool {
-	if d.peek() != '{' {
-		d.fail()
-		return false
-	}
-	d.i++
-	d.enter()
-	if d.peek() == '}' {
-		d.i++
-		d.depth--
-		return false
-	}
-	return d.member()
-}
-
-// objectNext reads what follows a member: the next member's name and
-// colon (true), or the end of the object (false).
-func (d *decoder) objectNext() bool {
-	switch d.peek() {
-	case ',':
-		d.i++
-		d.ws()
-		return d.member()
-	case '}':
-		d.i++
-		d.depth--
-		return false
-	}
-	d.fail()
-	return false
 }
 
 // fields are the members of a struct the codec reads: their names, and

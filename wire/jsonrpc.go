@@ -321,8 +321,8 @@ func PeekID(raw []byte) json.RawMessage {
 	d := newDecoder(raw)
 	defer d.release()
 	var id []byte
-	for more := d.objectStart(); more; more = d.objectNext() {
-		if string(d.name()) == "id" {
+	for f := d.first(requestFields); f != endObject; f = d.next(requestFields, f) {
+		if f == 1 { // id
 			id = d.value()
 		} else {
 			d.skipLoose()
