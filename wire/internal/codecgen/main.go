@@ -241,7 +241,8 @@ func (p *pkg) structOf(name string) (*structType, error) {
 }
 
 // fields lists a struct's JSON members in their order, those of an
-// embedded struct where it is embedded.
+// embedded struct where it is embedded (exported or not, as encoding/json
+// has it).
 func (p *pkg) fields(s *ast.StructType, owner string) ([]field, error) {
 	var out []field
 	for _, f := range s.Fields.List {
@@ -271,9 +272,6 @@ func (p *pkg) fields(s *ast.StructType, owner string) ([]field, error) {
 			id, ok := f.Type.(*ast.Ident)
 			if !ok {
 				return nil, fmt.Errorf("%s: embedded %s is not supported", owner, exprString(f.Type))
-			}
-			if !ast.IsExported(id.Name) {
-				continue
 			}
 			if tag != "" {
 				return nil, fmt.Errorf("%s: a tagged embedded field (%s) is not supported", owner, id.Name)

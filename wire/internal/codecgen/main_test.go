@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +51,31 @@ func TestWhatTheCodecCannotWriteIsRefused(t *testing.T) {
 		if _, err := p.structOf("T"); err == nil {
 			t.Errorf("%s: generated", src)
 		}
+	}
+}
+
+// TestEmbeddedStructsAreInlined: an embedded struct's fields are members
+// of the struct that embeds it, where it embeds it, exported or not, as
+// encoding/json has them.
+func TestEmbeddedStructsAreInlined(t *testing.T) {
+	dir := t.TempDir()
+	src := "package p\n\ntype T struct {\n\tA string `json:\"a\"`\n\tu\n\tB bool `json:\"b\"`\n}\n\ntype u struct {\n\tX string `json:\"x\"`\n\ty string\n}\n"
+	if err := os.WriteFile(filepath.Join(dir, "t.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.structOf("T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range st.fields {
+		names = append(names, f.jsonName)
+	}
+	if got := strings.Join(names, " "); got != "a x b" {
+		t.Fatalf("members %q, want \"a x b\"", got)
 	}
 }
