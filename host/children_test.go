@@ -61,6 +61,10 @@ const (
 	holdCall = "call"
 )
 
+// unixRoles are the roles of the tests that run only on Unix; their
+// files add them.
+var unixRoles = map[string]func() int{}
+
 // childCommand runs the test binary again in a role.
 func childCommand(role string, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0])
@@ -84,6 +88,9 @@ func runChild(role string) int {
 			return 1
 		}
 		return 0
+	}
+	if child, ok := unixRoles[role]; ok {
+		return child()
 	}
 	fmt.Fprintln(os.Stderr, "unknown child role", role)
 	return 2

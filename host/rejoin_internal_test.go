@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -209,4 +210,63 @@ func TestABrokerInThisProcessClosesAfterItsBus(t *testing.T) {
 			require.NoError(t, h.Close())
 		})
 	}
+}
+
+// TestRejoinerBacksOffABrokerThatDiesYoung: a broker that cannot be
+// dialed is dialed again at once, then after rejoinFirstWait, the wait
+// doubling up to rejoinMaxWait. A link that dies within rejoinSteady of
+// being made keeps the backoff where it was; one that lasted longer
+// starts it over. The clock is synctest's: every wait is the rejoiner's
+// own, to the nanosecond, however busy the machine.
+func TestRejoinerBacksOffABrokerThatDiesYoung(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var (
+			fail   int             // dials to fail before the next succeeds
+			gone   chan struct{}   // the current link's
+			wentAt time.Time       // when the last link went
+			dials  []time.Duration // each dial, after wentAt
+		)
+		r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			dials = append(dials, time.Since(wentAt))
+			if fail > 0 {
+				fail--
+				return nil, errors.New("the broker cannot start")
+			}
+			gone = make(chan struct{})
+			return &link{client: newStuckClient(), gone: gone, desc: "broker"}, nil
+		}, slog.New(slog.DiscardHandler), liveness{})
+		require.NoError(t, err)
+		defer r.Close()
+		// lose ends the current link after it lasted for, with the next
+		// failing dials to come, and returns the dials until one was
+		// made again.
+		lose := func(lasted time.Duration, failing int) []time.Duration {
+			time.Sleep(lasted)
+			mu.Lock()
+			fail, wentAt, dials = failing, time.Now(), nil
+			close(gone)
+			mu.Unlock()
+			synctest.Wait() // the supervisor saw it go
+			_, _, err := r.current(context.Background())
+			require.NoError(t, err)
+			mu.Lock()
+			defer mu.Unlock()
+			return dials
+		}
+		ms := time.Millisecond
+		// Young: at once, then 50 ms, doubling to 1 s between dials.
+		assert.Equal(t, []time.Duration{0, 50 * ms, 150 * ms, 350 * ms, 750 * ms, 1550 * ms, 2550 * ms, 3550 * ms, 4550 * ms},
+			lose(0, 8))
+		require.Equal(t, rejoinFirstWait, 50*ms)
+		require.Equal(t, rejoinMaxWait, time.Second)
+		// The next link dies young too: the backoff goes on from where
+		// it was, and the first dial waits too.
+		assert.Equal(t, []time.Duration{rejoinMaxWait}, lose(rejoinSteady-ms, 0))
+		// One that lasted rejoinSteady starts the backoff over.
+		assert.Equal(t, []time.Duration{0, 50 * ms, 150 * ms}, lose(rejoinSteady, 2))
+		assert.Equal(t, 3, r.rejoins())
+	})
 }
