@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -167,51 +168,62 @@ func (s stuckSession) Close() error { return nil }
 // TestRejoinerReplacesABrokerThatDoesNotAnswer: a call on a broker that
 // is alive but answers nothing stalls; the supervisor's health call gets
 // no answer either, so it kills the broker and dials the next. The
-// stalled call fails with ErrUnavailable, the next goes through.
+// stalled call fails with ErrUnavailable, the next goes through. On
+// synctest's clock: the stalled call fails two health timeouts after it
+// was made (it waited one, then the health call another).
 func TestRejoinerReplacesABrokerThatDoesNotAnswer(t *testing.T) {
-	stuck := newStuckClient()
-	stuckGone := make(chan struct{})
-	var killed atomic.Int32
-	next := newFakeBroker(t, "next")
-	var dials atomic.Int32
-	r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
-		if dials.Add(1) == 1 {
-			return &link{client: stuck, gone: stuckGone, desc: "stuck", kill: func() {
-				killed.Add(1)
-				close(stuckGone) // as a killed child's pipe ends
-			}}, nil
-		}
-		return &link{client: next.bus, gone: next.gone, desc: "next"}, nil
-	}, slog.New(slog.DiscardHandler), liveness{timeout: 50 * time.Millisecond, every: time.Hour})
-	require.NoError(t, err)
-	defer r.Close()
-	sess, err := r.Session(context.Background(), "s1")
-	require.NoError(t, err)
-	defer sess.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	_, err = sess.Call(ctx, "which", nil)
-	require.ErrorIs(t, err, transport.ErrUnavailable, "the stalled call fails once the broker is taken for dead")
-	raw, err := sess.Call(ctx, "which", nil)
-	require.NoError(t, err)
-	assert.JSONEq(t, `"next"`, string(raw))
-	assert.Equal(t, int32(1), killed.Load(), "the stuck broker was killed once")
-	assert.Equal(t, 1, r.rejoins())
+	synctest.Test(t, func(t *testing.T) {
+		stuck := newStuckClient()
+		stuckGone := make(chan struct{})
+		var killed atomic.Int32
+		next := newFakeBroker(t, "next")
+		var dials atomic.Int32
+		r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
+			if dials.Add(1) == 1 {
+				return &link{client: stuck, gone: stuckGone, desc: "stuck", kill: func() {
+					killed.Add(1)
+					close(stuckGone) // as a killed child's pipe ends
+				}}, nil
+			}
+			return &link{client: next.bus, gone: next.gone, desc: "next"}, nil
+		}, slog.New(slog.DiscardHandler), liveness{timeout: DefaultHealthTimeout, every: time.Hour})
+		require.NoError(t, err)
+		defer r.Close()
+		sess, err := r.Session(context.Background(), "s1")
+		require.NoError(t, err)
+		defer sess.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		_, err = sess.Call(ctx, "which", nil)
+		require.ErrorIs(t, err, transport.ErrUnavailable, "the stalled call fails once the broker is taken for dead")
+		assert.Equal(t, 2*DefaultHealthTimeout, time.Since(start))
+		raw, err := sess.Call(ctx, "which", nil)
+		require.NoError(t, err)
+		assert.JSONEq(t, `"next"`, string(raw))
+		assert.Equal(t, int32(1), killed.Load(), "the stuck broker was killed once")
+		assert.Equal(t, 1, r.rejoins())
+	})
 }
 
 // TestRejoinerWithoutHealthChecksWaits: with the check off, a call on a
-// broker that answers nothing waits for its context, and the broker is
-// kept (a broker held at a breakpoint).
+// broker that answers nothing waits for its context, however long (an
+// hour on synctest's clock), and the broker is kept (a broker held at a
+// breakpoint).
 func TestRejoinerWithoutHealthChecksWaits(t *testing.T) {
-	stuck := newStuckClient()
-	r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
-		return &link{client: stuck, gone: make(chan struct{}), desc: "stuck", kill: func() { t.Error("killed") }}, nil
-	}, slog.New(slog.DiscardHandler), liveness{})
-	require.NoError(t, err)
-	defer r.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_, err = r.CallHost(ctx, wire.MethodAdminInfo, nil)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Zero(t, r.rejoins())
+	synctest.Test(t, func(t *testing.T) {
+		stuck := newStuckClient()
+		r, err := newRejoiner(context.Background(), func(context.Context) (*link, error) {
+			return &link{client: stuck, gone: make(chan struct{}), desc: "stuck", kill: func() { t.Error("killed") }}, nil
+		}, slog.New(slog.DiscardHandler), liveness{})
+		require.NoError(t, err)
+		defer r.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		start := time.Now()
+		_, err = r.CallHost(ctx, wire.MethodAdminInfo, nil)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, time.Hour, time.Since(start))
+		assert.Zero(t, r.rejoins())
+	})
 }
