@@ -148,7 +148,8 @@ func fakeBrokerChild(role string) int {
 // pipe both ways, line by line, but for one answer: the answer to the
 // host's second a2a.admin.info (its first health check; the first is its
 // start) with holdHealth, or to the first poll after it (holdCall). That
-// answer it holds, says so by a line on the FIFO dir/seen, and passes on
+// answer it holds, says so by a line on the FIFO dir/seen (with
+// holdHealth, once the host's next call is in flight too), and passes on
 // only once a line comes on the FIFO dir/release; every later answer
 // waits behind it. A test so stops the host while its calls wait, and has
 // their answers come after.
@@ -170,11 +171,15 @@ func relayChild(argv []string, dir, hold string) error {
 		return err
 	}
 	held := make(chan string, 1) // the id of the call whose answer to hold
+	// followed is closed once the host sent a call after the one whose
+	// answer is held.
+	followed := make(chan struct{})
 	go func() {
 		// Host to broker; the end of the host's input is the broker's.
 		defer in.Close()
 		r := bufio.NewReader(os.Stdin)
 		infos := 0
+		holding, told := false, false
 		for {
 			line, err := r.ReadBytes('\n')
 			var req struct {
@@ -182,12 +187,17 @@ func relayChild(argv []string, dir, hold string) error {
 				Method string          `json:"method"`
 			}
 			if json.Unmarshal(line, &req) == nil {
+				if holding && !told {
+					close(followed)
+					told = true
+				}
 				if req.Method == wire.MethodAdminInfo {
 					infos++
 				}
 				if infos == 2 && (hold == holdHealth && req.Method == wire.MethodAdminInfo || hold == holdCall && req.Method == wire.MethodReplay) {
 					held <- string(req.ID)
 					infos++ // once
+					holding = true
 				}
 			}
 			if _, werr := in.Write(line); werr != nil || err != nil {
@@ -210,10 +220,14 @@ func relayChild(argv []string, dir, hold string) error {
 		}
 		if id != "" && json.Unmarshal(line, &res) == nil && string(res.ID) == id {
 			id = "-" // once
-			// Every answer waits behind this one: let the host send a few
-			// more calls (it polls every 100 ms while a delegate waits),
-			// so that they are in flight too when it is stopped.
-			time.Sleep(300 * time.Millisecond)
+			// Every answer waits behind this one. Behind a health check's,
+			// the runtime's next poll (due within 100 ms: a delegate
+			// waits) is sent and waits too: the host is stopped with both
+			// in flight. Behind a poll's nothing else is sent before the
+			// stall check, seconds later: the poll is the call that waits.
+			if hold == holdHealth {
+				<-followed
+			}
 			if err := fifoLine(filepath.Join(dir, "seen"), true); err != nil {
 				return err
 			}
@@ -257,7 +271,9 @@ func hostChild() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	// The default health timeout (5 s): the test stops this process
-	// within it of a health call.
+	// within it of a health call. The first check while idle comes after
+	// a second, not ten: the pipe tests hold its answer.
+	host.SetHealthEvery(time.Second)
 	cfg := host.Config{
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"time"
 
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 )
@@ -15,3 +16,7 @@ func OpenFake(ctx context.Context, cfg Config) (*Host, error) {
 	}
 	return open(ctx, cfg, fakebus.New(fakebus.Config{}))
 }
+
+// SetHealthEvery sets how often an idle host checks its broker, for a
+// host in a test's child process: the process's every host, from now on.
+func SetHealthEvery(d time.Duration) { healthEvery = d }

@@ -29,7 +29,11 @@ import (
 const testHealthTimeout = 2 * time.Second
 
 // longStall is how long the stall tests stop a process: as long as a
-// laptop lid or a debugger might.
+// laptop lid or a debugger might. Its length is the point: it outlasts
+// every timer the stopped process or its peer runs on (the host's 5 s
+// health timeout, and natsbus's 10 s client ping interval, which no test
+// can shorten), so that at the continue they all fire late at once. The
+// tests that sleep it run in parallel.
 const longStall = 15 * time.Second
 
 // waitingScenario: two sessions' delegates share a task and the
@@ -175,6 +179,7 @@ func TestAPipeChildThatGoesBadIsReplaced(t *testing.T) {
 // continued after 15 s; either way the host rejoins it and the waiting
 // delegate hears the task completed.
 func TestAStoppedSidecarIsRejoined(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		long bool
@@ -237,6 +242,7 @@ func TestAStoppedHostGoesOn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops a process for 15 s")
 	}
+	t.Parallel()
 	for _, c := range []struct {
 		name, bus string
 		hold      string // on the pipe, the answer the relay holds across the stop
@@ -292,8 +298,9 @@ func TestAStoppedHostGoesOn(t *testing.T) {
 			_, err = fmt.Sscanf(next("ready"), "ready %d", &broker)
 			require.NoError(t, err)
 			if seen != nil {
-				// Its first health check comes within 10 s of the start;
-				// then a call waits for the answer the relay holds.
+				// Its first health check comes within a second of the
+				// start (hostChild); then a call waits for the answer the
+				// relay holds.
 				require.NoError(t, seen.SetReadDeadline(time.Now().Add(60*time.Second)))
 				_, err := bufio.NewReader(seen).ReadString('\n')
 				require.NoError(t, err, "the host checks its broker while idle")
