@@ -107,11 +107,17 @@ func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
 	var mu sync.Mutex
 	acked := map[string]int{} // task id -> highest acknowledged stage
 	owner := map[string]pair{}
+	const enough = 200              // tasks acknowledged before the kill
+	underWay := make(chan struct{}) // closed at enough
 	ack := func(id string, stage int, p pair) {
 		mu.Lock()
 		defer mu.Unlock()
+		_, known := acked[id]
 		acked[id] = max(acked[id], stage)
 		owner[id] = p
+		if !known && len(acked) == enough {
+			close(underWay)
+		}
 	}
 	var wg sync.WaitGroup
 	ctx := context.Background()
@@ -142,15 +148,9 @@ func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
 		})
 	}
 	// Let the burst run, then kill the broker in the middle of it.
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 200 {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-underWay:
+	case <-time.After(10 * time.Second):
 	}
 	require.NoError(t, kill(child.Pid()))
 	wg.Wait()
@@ -162,7 +162,7 @@ func TestAcknowledgedChangesSurviveSIGKILL(t *testing.T) {
 		changes += s
 	}
 	t.Logf("acknowledged before SIGKILL: %d tasks, %d changes", len(acked), changes)
-	require.GreaterOrEqual(t, len(acked), 200)
+	require.GreaterOrEqual(t, len(acked), enough)
 
 	// Restart on the same data dir; the members come back by instance id.
 	child2 := startPipeBroker(t, dir)
@@ -360,6 +360,8 @@ func TestRetriedChangesAcrossSIGKILLMakeOneTaskPerIntent(t *testing.T) {
 
 	var acked sync.WaitGroup
 	var ackedSends atomic.Int64
+	const enough = 400              // sends acknowledged before the kill
+	underWay := make(chan struct{}) // closed at enough
 	for _, c := range cs {
 		acked.Go(func() {
 			for seq := 0; ; seq++ {
@@ -370,7 +372,9 @@ func TestRetriedChangesAcrossSIGKILLMakeOneTaskPerIntent(t *testing.T) {
 					return
 				}
 				c.tasks[seq], c.sent = task.ID, c.sent+1
-				ackedSends.Add(1)
+				if ackedSends.Add(1) == enough {
+					close(underWay)
+				}
 				o = &op{seq: seq, taskID: task.ID}
 				if _, err := do(c, o); err != nil {
 					c.pending = o
@@ -379,15 +383,15 @@ func TestRetriedChangesAcrossSIGKILLMakeOneTaskPerIntent(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for ackedSends.Load() < 400 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-underWay:
+	case <-time.After(20 * time.Second):
 	}
 	require.NoError(t, kill(child.Pid()))
 	acked.Wait()
 	<-child.Exited()
 	child.Close()
-	require.GreaterOrEqual(t, ackedSends.Load(), int64(400))
+	require.GreaterOrEqual(t, ackedSends.Load(), int64(enough))
 
 	// Restart; everyone comes back by instance id and retries what it
 	// did not see answered, with the same id and content.

@@ -137,6 +137,9 @@ func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var outcomes []outcome
+	// The load is under way once this many calls were answered.
+	const underWay = 500
+	answeredSoFar, loaded := 0, make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 8 {
 		session := fmt.Sprint("load-", w)
@@ -153,6 +156,11 @@ func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
 			}
 			mu.Lock()
 			outcomes = append(outcomes, outcome{start, err, method})
+			if err == nil {
+				if answeredSoFar++; answeredSoFar == underWay {
+					close(loaded)
+				}
+			}
 			mu.Unlock()
 			return res, err
 		}
@@ -178,7 +186,11 @@ func TestServeAnswersWhatItTookAtSIGTERM(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond) // load under way
+	select {
+	case <-loaded:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the load never got under way")
+	}
 	mu.Lock()
 	signalled = time.Now()
 	mu.Unlock()
@@ -278,12 +290,11 @@ func TestServeOnAPipeAnswersWhatItReadAtSIGTERM(t *testing.T) {
 		}
 		w.Flush()
 	}()
-	time.Sleep(200 * time.Millisecond) // under way; the count below is what matters
-	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	answered := map[int]bool{}
 	last := 0
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	signalled := false
 	for sc.Scan() {
 		var r struct {
 			ID *int `json:"id"`
@@ -292,7 +303,13 @@ func TestServeOnAPipeAnswersWhatItReadAtSIGTERM(t *testing.T) {
 			answered[*r.ID] = true
 			last = max(last, *r.ID)
 		}
+		// Under way: stop it. The count below is what matters.
+		if !signalled && len(answered) >= 500 {
+			require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+			signalled = true
+		}
 	}
+	require.True(t, signalled, "the broker closed its pipe before it was stopped")
 	missing := 0
 	for id := 3; id < last; id++ {
 		if !answered[id] {

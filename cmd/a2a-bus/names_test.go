@@ -218,7 +218,13 @@ func TestTheGatewaysIdentityCannotBeTaken(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the broker's own session")
 	// Past the orphan timeout too: the identity is the broker's, not held.
-	time.Sleep(500 * time.Millisecond)
+	// The worker's instance, held since the same start, is let go when the
+	// timeout passes: once another session can take it, it has passed.
+	other := &member{session: "chat-9", name: "worker", instance: "inst-worker"}
+	require.Eventually(t, func() bool {
+		_, err := other.try(b.client)
+		return err == nil
+	}, 15*time.Second, 20*time.Millisecond, "the worker's held instance is let go after the orphan timeout")
 	evil := &member{session: "evil", name: "a2a-gateway", instance: instance}
 	_, err = evil.try(b.client)
 	assert.Equal(t, wire.ErrInvalidParams.Code, codeOf(err), "%v", err)
