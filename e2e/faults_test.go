@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -159,15 +160,10 @@ func TestExternalNATSServerRestart(t *testing.T) {
 	token := "0123456789abcdef0123456789abcdef"
 	runServer := func() *exec.Cmd {
 		cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "--auth", token)
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		ready := newLineSignal("Server is ready")
+		cmd.Stdout, cmd.Stderr = io.Discard, ready
 		require.NoError(t, cmd.Start())
-		require.Eventually(t, func() bool {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		}, 10*time.Second, 10*time.Millisecond)
+		ready.wait(t, 10*time.Second, "nats-server is ready")
 		return cmd
 	}
 	srv := runServer()
@@ -179,14 +175,17 @@ func TestExternalNATSServerRestart(t *testing.T) {
 	serve := exec.Command(testbin.A2ABus(t), "serve", "--nats-url", fmt.Sprintf("nats://%s@127.0.0.1:%d", token, port),
 		"--connection-file", filepath.Join(dir, "c.json"), "--data-dir", filepath.Join(dir, "data"), "--log-level=warn")
 	serve.Env = append(os.Environ(), "HOME="+dir)
-	serve.Stderr = io.Discard
+	// It serves once it prints the connection file's path (the file is
+	// written before).
+	ready := newLineSignal(filepath.Join(dir, "c.json"))
+	serve.Stderr = ready
 	require.NoError(t, serve.Start())
 	defer func() { serve.Process.Signal(os.Interrupt); serve.Wait() }()
+	ready.wait(t, 20*time.Second, "serve is ready")
 	var info struct{ URL string }
-	require.Eventually(t, func() bool {
-		data, err := os.ReadFile(filepath.Join(dir, "c.json"))
-		return err == nil && json.Unmarshal(data, &info) == nil
-	}, 10*time.Second, 10*time.Millisecond)
+	data, err := os.ReadFile(filepath.Join(dir, "c.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &info))
 	assert.Equal(t, url, info.URL, "the connection file holds the URL without credentials")
 
 	ctx := context.Background()
@@ -228,4 +227,47 @@ func TestExternalNATSServerRestart(t *testing.T) {
 		return err == nil || errors.Is(err, wire.ErrInvalidTransition)
 	}, 30*time.Second, 50*time.Millisecond)
 	assert.Equal(t, wire.StateCompleted, waitFinal(t, asker, task.ID))
+}
+
+// lineSignal is a process's output, discarded but for a line that
+// contains want: at its end ready closes.
+type lineSignal struct {
+	want  string
+	ready chan struct{}
+	mu    sync.Mutex
+	line  []byte // the line being written
+	seen  bool
+}
+
+func newLineSignal(want string) *lineSignal {
+	return &lineSignal{want: want, ready: make(chan struct{})}
+}
+
+func (l *lineSignal) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for rest := p; len(rest) > 0 && !l.seen; {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			l.line = append(l.line, rest...)
+			break
+		}
+		l.line = append(l.line, rest[:i]...)
+		if bytes.Contains(l.line, []byte(l.want)) {
+			l.seen = true
+			close(l.ready)
+		}
+		l.line, rest = l.line[:0], rest[i+1:]
+	}
+	return len(p), nil
+}
+
+// wait waits for the line.
+func (l *lineSignal) wait(t *testing.T, within time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-l.ready:
+	case <-time.After(within):
+		t.Fatalf("%s: no line with %q within %v", what, l.want, within)
+	}
 }

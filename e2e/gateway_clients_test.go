@@ -22,6 +22,7 @@ import (
 // --max-tasks-per-context 1); the connection file's token is a third,
 // separate client. Without --a2a-listen the host method is not served.
 func TestGatewayClientsWithTheirOwnCredentials(t *testing.T) {
+	t.Parallel()
 	s := startSidecar(t, "--a2a-listen", "127.0.0.1:0", "--max-tasks-per-context", "1")
 	d := spawn(t, joinHost(t, s), "chat-1", "scribe")
 	issue := func(label string) gateway.ClientCredential {

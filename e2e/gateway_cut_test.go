@@ -197,13 +197,11 @@ func TestTheGatewayServesAgainAfterItsConnectionIsCut(t *testing.T) {
 func (g *gatewayScene) answersAgain(t *testing.T, id string, since time.Time) {
 	t.Helper()
 	var last string
-	for {
-		if last = getTask(gwCtx(t), g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), id); last == "ok" {
-			return
-		}
-		require.Less(t, time.Since(since), 10*time.Second, "the gateway still answers %q", last)
-		time.Sleep(50 * time.Millisecond)
-	}
+	answered := poll(time.Until(since.Add(10*time.Second)), 50*time.Millisecond, func() bool {
+		last = getTask(gwCtx(t), g.hc, g.s.a2aURL+"/agents/"+g.d.ID(), id)
+		return last == "ok"
+	})
+	require.True(t, answered, "the gateway still answers %q", last)
 }
 
 // logCuts logs serve's lines about its connections being cut.

@@ -22,6 +22,7 @@ func TestTheGatewayGoesOnAfterServeIsStopped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops serve for 15 s")
 	}
+	t.Parallel()
 	g := newGatewayScene(t, "debug")
 	small := g.start(t, "and a note")
 	streamed := g.stream(t, small)
@@ -30,6 +31,10 @@ func TestTheGatewayGoesOnAfterServeIsStopped(t *testing.T) {
 	go func() { flooded <- g.flood(t, 50, underWay) }()
 	<-underWay
 	require.NoError(t, g.s.cmd.Process.Signal(syscall.SIGSTOP))
+	// The stop's length is the point: it outlasts the server's 3 s write
+	// deadline and the clients' 10 s ping interval (natsbus's, which no
+	// test can shorten), so that at the continue they all fire late at
+	// once. The test runs in parallel with others meanwhile.
 	time.Sleep(15 * time.Second)
 	require.NoError(t, g.s.cmd.Process.Signal(syscall.SIGCONT))
 	continued := time.Now()

@@ -58,6 +58,7 @@ func spawn(t *testing.T, h *host.Host, session, name string) *runtime.Delegate {
 // completes it; the client sees the completed task and the stream each
 // update in order.
 func TestAnOfficialA2AClientReachesADelegateThroughServe(t *testing.T) {
+	t.Parallel()
 	s := startSidecar(t, "--a2a-listen", "127.0.0.1:0")
 	require.NotEmpty(t, s.a2aURL, "the connection file names the gateway")
 	require.NotEmpty(t, s.a2aToken)
@@ -129,6 +130,7 @@ func TestAnOfficialA2AClientReachesADelegateThroughServe(t *testing.T) {
 // TestTheGatewayChangesNoDelegatesView: agents.list and the choice of a
 // send without to are the same with the gateway on and off.
 func TestTheGatewayChangesNoDelegatesView(t *testing.T) {
+	t.Parallel()
 	view := func(args ...string) (peers []string, chosen string) {
 		s := startSidecar(t, args...)
 		h := joinHost(t, s)
@@ -157,6 +159,7 @@ func TestTheGatewayChangesNoDelegatesView(t *testing.T) {
 // and the delegate hears of it; an agent that leaves is gone from
 // /agents, and a send to it is refused with its a2a-bus code.
 func TestAnOfficialA2AClientCancelsAndResubscribesThroughServe(t *testing.T) {
+	t.Parallel()
 	s := startSidecar(t, "--a2a-listen", "127.0.0.1:0")
 	h := joinHost(t, s)
 	d := spawn(t, h, "chat-1", "scribe")
@@ -224,6 +227,7 @@ func TestAnOfficialA2AClientCancelsAndResubscribesThroughServe(t *testing.T) {
 // or killed) and starts again on the same data dir, the clients read
 // them all, and a clean stop cancels none of them.
 func TestTheGatewaysTasksOutliveARestart(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			data := t.TempDir()

@@ -36,6 +36,7 @@ import (
 // what was accepted stays readable by both members, its events arrive,
 // and the replay of them has no gap.
 func TestIsolation_ATaskNeverOutgrowsWhatTheBusCarries(t *testing.T) {
+	t.Parallel()
 	s := startSidecar(t)
 	ca, cb := s.open("big-a"), s.open("big-b")
 	events := ca.events()
@@ -159,6 +160,7 @@ func TestIsolation_ListsArePagedAndBoundedInMemory(t *testing.T) {
 // payload's worth: every session's agents.list and admin.agents work, a
 // page at a time.
 func TestIsolation_AgentListsArePaged(t *testing.T) {
+	t.Parallel()
 	s := startSidecar(t)
 	desc := strings.Repeat("d", 15_500)
 	var clients []*client
@@ -209,6 +211,7 @@ func TestIsolation_AgentListsArePaged(t *testing.T) {
 // capped; other sessions still register; closing the session deregisters
 // its agents.
 func TestIsolation_OneSessionCannotTakeTheHostsAgents(t *testing.T) {
+	t.Parallel()
 	s := startSidecar(t, "--max-agents-per-session", "8")
 	greedy, other := s.open("greedy"), s.open("other")
 	for i := range 8 {
@@ -233,6 +236,7 @@ func TestIsolation_OneSessionCannotTakeTheHostsAgents(t *testing.T) {
 // TestIsolation_RepliesStayInTheirSessionsInbox: a session's request whose
 // reply subject names another session's inbox is not answered there.
 func TestIsolation_RepliesStayInTheirSessionsInbox(t *testing.T) {
+	t.Parallel()
 	s := startSidecar(t)
 	a, b := s.open("inbox-a"), s.open("inbox-b")
 	token, _ := a.register("a", nil)
@@ -304,7 +308,8 @@ func TestIsolation_StalledSubscribersAreCut(t *testing.T) {
 	_, err = sender.call(wire.MethodListAgents, wire.ListAgentsParams{Token: token})
 	require.NoError(t, err)
 	subscribers := -1
-	for range 50 {
+	// The server closes them on its own schedule.
+	poll(5*time.Second, 100*time.Millisecond, func() bool {
 		raw, err := s.hostCall(wire.MethodAdminSessions, nil)
 		require.NoError(t, err)
 		var r wire.AdminSessions
@@ -314,19 +319,14 @@ func TestIsolation_StalledSubscribersAreCut(t *testing.T) {
 				subscribers = *row.Subscribers
 			}
 		}
-		if subscribers == 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond) // the server closes them on its own schedule
-	}
+		return subscribers == 0
+	})
 	assert.Equal(t, 0, subscribers, "the stalled subscribers were cut")
 	var after int64
-	for range 100 {
-		if after, _ = s.memory(); after-before < 128<<20 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll(10*time.Second, 100*time.Millisecond, func() bool {
+		after, _ = s.memory()
+		return after-before < 128<<20
+	})
 	t.Logf("350 MB pushed to %d stalled subscribers: resident %d MiB before, peak %d MiB, %d MiB after", accepted, before>>20, peak>>20, after>>20)
 	assert.Less(t, peak-before, int64(natsbus.DefaultMaxSessionPending)+int64(accepted)*int64(2*wire.NewLimits(0).Payload),
 		"held at most the bounds: per connection and in all")

@@ -45,6 +45,7 @@ func (s *syncBuffer) String() string {
 // looks for the host token, session passwords and agent tokens in the
 // logs and in every error message.
 func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
+	t.Parallel()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	bus, err := natsbus.New(natsbus.Config{Logger: log})
@@ -111,6 +112,7 @@ func TestSecretsStayOutOfLogsAndErrors(t *testing.T) {
 // TestPipeBrokerLogsNoTokens runs a2a-bus serve --bus=pipe at debug level
 // and checks its stderr for the tokens it issued.
 func TestPipeBrokerLogsNoTokens(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", filepath.Join(t.TempDir(), "data"), "--log-level=debug")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr

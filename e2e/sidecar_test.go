@@ -96,6 +96,24 @@ func startServe(t *testing.T, level string, logs io.Writer, args ...string) *sid
 	return s
 }
 
+// poll asks cond every interval until it holds or within has passed, and
+// says whether it held. It is for what another process does on its own
+// schedule and tells no one (its resident memory, its NATS server's
+// closing of connections, its gateway answering again): there is no
+// event to wait on. cond runs on the test's goroutine.
+func poll(within, interval time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+	return true
+}
+
 // logLevel is the broker's: errors only, unless E2E_BROKER_LOG names one
 // (its logs then go to the test's stderr).
 func logLevel() string {
