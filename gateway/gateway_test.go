@@ -209,10 +209,10 @@ func TestCancelAndASubscriptionAfterADroppedStream(t *testing.T) {
 	snap := first.(*a2a.Task)
 	assert.Equal(t, a2a.TaskStateWorking, snap.Status.State)
 	require.Len(t, snap.Artifacts, 1)
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		d.Update(context.Background(), string(task.ID), wire.StateInputRequired, &wire.Message{Parts: []wire.Part{wire.TextPart("which row?")}})
-	}()
+	// The stream subscribed before it read the task: a change made now
+	// follows the snapshot, whether or not the client reads yet.
+	_, err = d.Update(ctxT(t), string(task.ID), wire.StateInputRequired, &wire.Message{Parts: []wire.Part{wire.TextPart("which row?")}})
+	require.NoError(t, err)
 	for {
 		ev, err := next()
 		if err != nil || ev == nil {
