@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -144,39 +145,43 @@ func TestWaitingDelegateWakesAcrossABrokerRestart(t *testing.T) {
 
 // TestConcurrentWaitersGetOneResyncPerBreak: a broker restart is one
 // break, told once: of three waiters on one delegate, one gets the
-// Resync, and the others go on waiting for what comes next.
+// Resync, and the others go on waiting for what comes next, through ten
+// seconds of polls on synctest's clock.
 func TestConcurrentWaitersGetOneResyncPerBreak(t *testing.T) {
-	e := newFaultEnv(t)
-	d, err := e.runtime(t, "s1").Spawn(ctxT(t), wire.AgentCard{Name: "d"})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan runtime.Event, 8)
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			for {
-				ev, err := d.Wait(ctx)
-				if err != nil {
-					return
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		d, err := e.runtime(t, "s1").Spawn(ctxT(t), wire.AgentCard{Name: "d"})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan runtime.Event, 8)
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				for {
+					ev, err := d.Wait(ctx)
+					if err != nil {
+						return
+					}
+					got <- ev
 				}
-				got <- ev
-			}
-		})
-	}
-	require.Eventually(t, d.Waiting, 5*time.Second, time.Millisecond)
+			})
+		}
+		synctest.Wait() // all three wait
+		require.True(t, d.Waiting())
 
-	e.bus.Unserve()
-	b2, err := broker.New(context.Background(), e.bus, broker.Config{Store: e.store})
-	require.NoError(t, err)
-	defer b2.Close()
+		e.bus.Unserve()
+		b2, err := broker.New(context.Background(), e.bus, broker.Config{Store: e.store})
+		require.NoError(t, err)
+		defer b2.Close()
 
-	first := <-got
-	require.NotNil(t, first.Resync, "the break is told")
-	select {
-	case ev := <-got:
-		t.Errorf("a second waiter was told of the same break: %+v", ev)
-	case <-time.After(500 * time.Millisecond):
-	}
-	cancel()
-	wg.Wait()
+		first := <-got
+		require.NotNil(t, first.Resync, "the break is told")
+		select {
+		case ev := <-got:
+			t.Errorf("a second waiter was told of the same break: %+v", ev)
+		case <-time.After(10 * time.Second):
+		}
+		cancel()
+		wg.Wait()
+	})
 }

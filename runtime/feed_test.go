@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -125,14 +127,21 @@ func TestFeedRecoversWhatASlowReceiverDropped(t *testing.T) {
 	assert.Positive(t, e.feed.Stats().Replayed)
 }
 
+// TestFeedFindsALostLastEventByPolling: an event lost on the bus, with
+// none after it to show the gap, is found by the first poll: on
+// synctest's clock, DefaultPollInterval after Next began to wait.
 func TestFeedFindsALostLastEventByPolling(t *testing.T) {
-	e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, 20*time.Millisecond)
-	e.bus.Disconnect("s1")
-	e.pusher.push(t, "a", 7)
-	e.bus.Reconnect("s1")
-	it, err := e.feed.Next(ctxT(t))
-	require.NoError(t, err)
-	assert.Equal(t, "7", pushedNumber(t, it))
+	synctest.Test(t, func(t *testing.T) {
+		e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, 0)
+		e.bus.Disconnect("s1")
+		e.pusher.push(t, "a", 7)
+		e.bus.Reconnect("s1")
+		began := time.Now()
+		it, err := e.feed.Next(ctxT(t))
+		require.NoError(t, err)
+		assert.Equal(t, "7", pushedNumber(t, it))
+		assert.Equal(t, runtime.DefaultPollInterval, time.Since(began), "found by the first poll")
+	})
 }
 
 func TestFeedReportsAGapWhenReplayCannotFill(t *testing.T) {
@@ -195,3 +204,65 @@ func TestFeedOverNATSWithATinyBuffer(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// flakySubscriber is a session whose subscriptions the test can end (a
+// lost connection), and whose next Subscribe calls fail while fail > 0.
+type flakySubscriber struct {
+	transport.Session
+	mu    sync.Mutex
+	fail  int
+	subs  []transport.Subscription
+	tries []time.Time
+}
+
+func (s *flakySubscriber) Subscribe(ctx context.Context) (transport.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tries = append(s.tries, time.Now())
+	if s.fail > 0 {
+		s.fail--
+		return nil, fmt.Errorf("%w: the link is not back yet", transport.ErrUnavailable)
+	}
+	sub, err := s.Session.Subscribe(ctx)
+	if err == nil {
+		s.subs = append(s.subs, sub)
+	}
+	return sub, err
+}
+
+// TestFeedResubscribesWithBackoff: a subscription that ends is made
+// again at once, then after 50 ms, the wait doubling up to 2 s, for as
+// long as Subscribe fails; then the feed replays what passed meanwhile.
+// The clock is synctest's.
+func TestFeedResubscribesWithBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bus := fakebus.New(fakebus.Config{})
+		b, err := broker.New(context.Background(), bus, broker.Config{})
+		require.NoError(t, err)
+		t.Cleanup(func() { bus.Close(); b.Close() })
+		sess, _ := registerRaw(t, bus, "s1", "a")
+		other, token := registerRaw(t, bus, "s2", "b")
+		s := &flakySubscriber{Session: sess}
+		feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{PollInterval: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { feed.Close() })
+
+		s.mu.Lock()
+		s.fail, s.tries = 7, nil
+		require.NoError(t, s.subs[0].Close()) // the link is lost
+		s.mu.Unlock()
+		pusher{other, token}.push(t, "a", 7) // meanwhile: only a replay brings it
+		it, err := feed.Next(ctxT(t))
+		require.NoError(t, err)
+		assert.Equal(t, "7", pushedNumber(t, it))
+
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var waits []time.Duration
+		for i := 1; i < len(s.tries); i++ {
+			waits = append(waits, s.tries[i].Sub(s.tries[i-1]))
+		}
+		ms := time.Millisecond
+		assert.Equal(t, []time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 2000 * ms}, waits)
+	})
+}

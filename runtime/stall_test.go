@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -36,29 +37,33 @@ func (s *unanswering) Call(ctx context.Context, method string, params any) (json
 // TestFeedGivesUpAReplayWhoseAnswerNeverComes: a replay that is never
 // answered is given up after ReplayTimeout, and the next poll's replay
 // brings what the feed missed: the feed, and every delegate of the
-// session behind it, is not held for good by one lost request.
+// session behind it, is not held for good by one lost request. On
+// synctest's clock, with the default settings: the event comes a poll,
+// a replay timeout and another poll after Next began to wait.
 func TestFeedGivesUpAReplayWhoseAnswerNeverComes(t *testing.T) {
-	bus := fakebus.New(fakebus.Config{})
-	b, err := broker.New(context.Background(), bus, broker.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { bus.Close(); b.Close() })
-	sess, _ := registerRaw(t, bus, "s1", "a")
-	other, token := registerRaw(t, bus, "s2", "b")
-	s := &unanswering{Session: sess}
-	feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{PollInterval: 20 * time.Millisecond, ReplayTimeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { feed.Close() })
+	synctest.Test(t, func(t *testing.T) {
+		bus := fakebus.New(fakebus.Config{})
+		b, err := broker.New(context.Background(), bus, broker.Config{})
+		require.NoError(t, err)
+		t.Cleanup(func() { bus.Close(); b.Close() })
+		sess, _ := registerRaw(t, bus, "s1", "a")
+		other, token := registerRaw(t, bus, "s2", "b")
+		s := &unanswering{Session: sess}
+		feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{})
+		require.NoError(t, err)
+		t.Cleanup(func() { feed.Close() })
 
-	s.replays.Store(1)
-	bus.Disconnect("s1")
-	pusher{other, token}.push(t, "a", 7) // lost: only a replay brings it
-	bus.Reconnect("s1")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	began := time.Now()
-	it, err := feed.Next(ctx)
-	require.NoError(t, err, "the feed is still held by the unanswered replay")
-	assert.Equal(t, "7", pushedNumber(t, it))
-	assert.Less(t, s.replays.Load(), int32(0), "the unanswered replay was made, and given up")
-	t.Logf("the event came %v after the unanswered replay began", time.Since(began).Round(time.Millisecond))
+		s.replays.Store(1)
+		bus.Disconnect("s1")
+		pusher{other, token}.push(t, "a", 7) // lost: only a replay brings it
+		bus.Reconnect("s1")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		began := time.Now()
+		it, err := feed.Next(ctx)
+		require.NoError(t, err, "the feed is still held by the unanswered replay")
+		assert.Equal(t, "7", pushedNumber(t, it))
+		assert.Less(t, s.replays.Load(), int32(0), "the unanswered replay was made, and given up")
+		assert.Equal(t, 2*runtime.DefaultPollInterval+runtime.DefaultReplayTimeout, time.Since(began))
+	})
 }
