@@ -452,15 +452,22 @@ func TestCallHonoursItsContextWhileTheBrokerDoesNotRead(t *testing.T) {
 	require.NoError(t, err)
 	defer bus.Close()
 	defer client.Close()
+	// Every call holds its slot until the test ends (then Close need not
+	// wait its grace for them).
+	release := make(chan struct{})
+	defer close(release)
 	entered := make(chan struct{}, 1)
 	require.NoError(t, bus.Serve(transport.HandlerFunc(func(ctx context.Context, _ transport.Caller, _ []byte) []byte {
 		// The first call says it holds the slot; the ones served after
-		// it, once Close cancels it, must not block on saying so.
+		// it, once it is released, must not block on saying so.
 		select {
 		case entered <- struct{}{}:
 		default:
 		}
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-release:
+		}
 		return nil
 	})))
 	s, err := client.Session(context.Background(), "s1")
