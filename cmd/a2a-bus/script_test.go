@@ -47,19 +47,6 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			// waitfile FILE: wait (up to 20 s) until FILE exists.
-			"waitfile": func(ts *testscript.TestScript, neg bool, args []string) {
-				if len(args) != 1 {
-					ts.Fatalf("usage: waitfile FILE")
-				}
-				path := ts.MkAbs(args[0])
-				for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-					if _, err := os.Stat(path); err == nil {
-						return
-					}
-				}
-				ts.Fatalf("%s never appeared", args[0])
-			},
 			// poll PATTERN CMD ARGS...: run the command until its stdout
 			// matches PATTERN (up to 20 s); its last stdout stays for
 			// the stdout checks that follow.
