@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/host"
@@ -145,14 +146,15 @@ func fakeBrokerChild(role string) int {
 }
 
 // relayChild runs the broker argv names as its own child and relays the
-// pipe both ways, line by line, but for one answer: the answer to the
-// host's second a2a.admin.info (its first health check; the first is its
-// start) with holdHealth, or to the first poll after it (holdCall). That
-// answer it holds, says so by a line on the FIFO dir/seen (with
-// holdHealth, once the host's next call is in flight too), and passes on
-// only once a line comes on the FIFO dir/release; every later answer
-// waits behind it. A test so stops the host while its calls wait, and has
-// their answers come after.
+// pipe both ways, line by line, but for one answer: once a line comes on
+// the FIFO dir/arm (the test writes it when the host is ready, its
+// delegate waiting), the answer to the host's next a2a.admin.info (a
+// health check) with holdHealth, or to the first poll after that check
+// (holdCall). That answer it holds, says so by a line on the FIFO
+// dir/seen (with holdHealth, once the host's next call is in flight too),
+// and passes on only once a line comes on the FIFO dir/release; every
+// later answer waits behind it. A test so stops the host while its calls
+// wait, and has their answers come after.
 func relayChild(argv []string, dir, hold string) error {
 	if len(argv) == 0 || dir == "" || (hold != holdHealth && hold != holdCall) {
 		return errors.New("no broker, no folder, or nothing to hold")
@@ -170,6 +172,13 @@ func relayChild(argv []string, dir, hold string) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	var armed atomic.Bool
+	go func() {
+		// Ends with the line, or with the test's end of the FIFO.
+		if fifoLine(filepath.Join(dir, "arm"), false) == nil {
+			armed.Store(true)
+		}
+	}()
 	held := make(chan string, 1) // the id of the call whose answer to hold
 	// followed is closed once the host sent a call after the one whose
 	// answer is held.
@@ -178,8 +187,13 @@ func relayChild(argv []string, dir, hold string) error {
 		// Host to broker; the end of the host's input is the broker's.
 		defer in.Close()
 		r := bufio.NewReader(os.Stdin)
-		infos := 0
-		holding, told := false, false
+		const (
+			waiting = iota // to be armed, then for a health check
+			checked        // a health check came since (holdCall)
+			holding        // an answer is held
+			done           // and a call came after it
+		)
+		state := waiting
 		for {
 			line, err := r.ReadBytes('\n')
 			var req struct {
@@ -187,17 +201,19 @@ func relayChild(argv []string, dir, hold string) error {
 				Method string          `json:"method"`
 			}
 			if json.Unmarshal(line, &req) == nil {
-				if holding && !told {
+				switch {
+				case state == holding:
 					close(followed)
-					told = true
-				}
-				if req.Method == wire.MethodAdminInfo {
-					infos++
-				}
-				if infos == 2 && (hold == holdHealth && req.Method == wire.MethodAdminInfo || hold == holdCall && req.Method == wire.MethodReplay) {
+					state = done
+				case state == waiting && req.Method == wire.MethodAdminInfo && armed.Load():
+					state = checked
+					if hold == holdHealth {
+						held <- string(req.ID)
+						state = holding
+					}
+				case state == checked && req.Method == wire.MethodReplay:
 					held <- string(req.ID)
-					infos++ // once
-					holding = true
+					state = holding
 				}
 			}
 			if _, werr := in.Write(line); werr != nil || err != nil {

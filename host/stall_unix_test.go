@@ -256,10 +256,10 @@ func TestAStoppedHostGoesOn(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			var args string
-			var seen, release *os.File // the relay's FIFOs, on the pipe
+			var arm, seen, release *os.File // the relay's FIFOs, on the pipe
 			switch bus {
 			case "pipe":
-				seen, release = fifo(t, filepath.Join(dir, "seen")), fifo(t, filepath.Join(dir, "release"))
+				arm, seen, release = fifo(t, filepath.Join(dir, "arm")), fifo(t, filepath.Join(dir, "seen")), fifo(t, filepath.Join(dir, "release"))
 				b, err := json.Marshal([]string{"env", childRole + "=" + relayRole, relayDirEnv + "=" + dir, relayHoldEnv + "=" + c.hold, os.Args[0],
 					testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", filepath.Join(dir, "data"), "--log-level=warn"})
 				require.NoError(t, err)
@@ -298,11 +298,13 @@ func TestAStoppedHostGoesOn(t *testing.T) {
 			_, err = fmt.Sscanf(next("ready"), "ready %d", &broker)
 			require.NoError(t, err)
 			if seen != nil {
-				// Its first health check comes within a second of the
-				// start (hostChild); then a call waits for the answer the
-				// relay holds.
+				// Ready: the relay holds the answer to the next health
+				// check (within a second: hostChild), or to the poll after
+				// it; then a call waits for it.
+				_, err := arm.WriteString("armed\n")
+				require.NoError(t, err)
 				require.NoError(t, seen.SetReadDeadline(time.Now().Add(60*time.Second)))
-				_, err := bufio.NewReader(seen).ReadString('\n')
+				_, err = bufio.NewReader(seen).ReadString('\n')
 				require.NoError(t, err, "the host checks its broker while idle")
 			}
 
