@@ -30,6 +30,17 @@ type Config struct {
 	Owner bool
 }
 
+// Validate reports a negative setting; New panics on one.
+func (cfg Config) Validate() error {
+	switch {
+	case cfg.Buffer < 0:
+		return fmt.Errorf("fakebus: Config.Buffer is %d: want 0 (the default) or more", cfg.Buffer)
+	case cfg.MaxMessageBytes < 0:
+		return fmt.Errorf("fakebus: Config.MaxMessageBytes is %d: want 0 (the default) or more", cfg.MaxMessageBytes)
+	}
+	return nil
+}
+
 // Bus is an in-memory bus. It is both sides: a transport.Bus and a
 // transport.Client.
 type Bus struct {
@@ -56,7 +67,10 @@ var (
 
 // New returns a fake bus.
 func New(cfg Config) *Bus {
-	if cfg.MaxMessageBytes <= 0 {
+	if err := cfg.Validate(); err != nil {
+		panic(err) // a test double: a bad config is the test's bug
+	}
+	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
 	}
 	ctx, cancel := context.WithCancel(context.Background())

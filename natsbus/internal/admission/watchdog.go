@@ -2,6 +2,7 @@ package admission
 
 import (
 	"cmp"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -107,8 +108,23 @@ type Watchdog struct {
 	closeOnce sync.Once
 }
 
-// StartWatchdog starts watching srv. Close stops it.
+// Validate reports a bound that is not positive or a negative HoldFor.
+func (cfg WatchConfig) Validate() error {
+	if cfg.Conn <= 0 || cfg.Session <= 0 || cfg.All <= 0 {
+		return fmt.Errorf("admission: WatchConfig bounds %d, %d and %d: each must be positive", cfg.Conn, cfg.Session, cfg.All)
+	}
+	if cfg.HoldFor < 0 {
+		return fmt.Errorf("admission: WatchConfig.HoldFor is %v: want 0 or more", cfg.HoldFor)
+	}
+	return nil
+}
+
+// StartWatchdog starts watching srv. Close stops it. It panics on a
+// config that Validate refuses: the caller validated its own first.
 func StartWatchdog(srv Server, cfg WatchConfig) *Watchdog {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
 	w := newWatchdog(srv, cfg)
 	w.wg.Go(w.run)
 	return w
