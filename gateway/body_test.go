@@ -126,3 +126,36 @@ func TestScanBodyTakesOnlyAScalarIDAtTheTop(t *testing.T) {
 		assert.Equal(t, want, string(s.id), in)
 	}
 }
+
+// realisticBody is a SendMessage request of about n bytes: a text part
+// and a metadata list of records, half and half.
+func realisticBody(n int) []byte {
+	const rec = `{"id":1234,"name":"abcdef","ok":true,"score":12.5,"tags":["a","b"],"note":null}`
+	recs := make([]string, 0, n/2/len(rec)+1)
+	for len(recs)*len(rec) < n/2 {
+		recs = append(recs, rec)
+	}
+	text := strings.Repeat("lorem ipsum dolor sit amet, \\\"quoted\\\" \\u00e9 ", n/2/48+1)
+	return []byte(`{"jsonrpc":"2.0","id":"req-1","method":"SendMessage","params":{"message":{"messageId":"m1","role":"ROLE_USER","parts":[{"text":"` + text + `"}],"metadata":{"records":[` + strings.Join(recs, ",") + `]}}}}`)
+}
+
+func BenchmarkScanBody(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		n    int
+	}{{"10KiB", 10 << 10}, {"1MiB", 1 << 20}} {
+		body := realisticBody(c.n)
+		if !json.Valid(body) {
+			b.Fatal("the benchmark's body is no JSON")
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := scanBody(body, MaxBodyDepth); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
