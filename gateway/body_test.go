@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -75,7 +76,8 @@ func TestScanBodyRefusesWhatDecodesLarge(t *testing.T) {
 func TestScanBodyAgreesWithEncodingJSON(t *testing.T) {
 	for _, in := range []string{``, ` `, `{`, `}`, `[1,]`, `{"a":1,}`, `{"a" 1}`, `{1:2}`, `01`, `1.`, `1e`, `-`, `.5`, `"\x"`, `"\u12"`, "\"\x01\"",
 		`tru`, `nul`, `[1] [2]`, `{} x`, `"abc`, `[`, `[[]`, `{"a":}`, `{"a"`,
-		`1`, `-0.1e-7`, `"\u00e9\n"`, ` {"a" : [ true , false , null ] } `, `[1E+2,0.5e-3]`, "\"\xff\""} {
+		`1`, `-0.1e-7`, `"\u00e9\n"`, ` {"a" : [ true , false , null ] } `, `[1E+2,0.5e-3]`, "\"\xff\"",
+		`"\ud800"`, `"\udc00x\ud800\u0041"`, "{\"\xc3\":\"\xed\xa0\x80\"}", `{"a":1,"a":2}`, `1x`, `"a""b"`, `[1 2]`, `{"a":1 "b":2}`, `1 2`, "\t1\r\n", `[1]]`, `{]`, `-01`, `1e+`, `0x1`, `[01]`, `NaN`, `"\u00E9"`} {
 		_, err := scanBody([]byte(in), MaxBodyDepth)
 		assert.Equal(t, json.Valid([]byte(in)), err == nil, "%q: %v", in, err)
 	}
@@ -100,13 +102,37 @@ func FuzzBodyScan(f *testing.F) {
 				t.Fatalf("an id that is no JSON: %q", s.id)
 			}
 		case isLimit(err):
-			// Refused for its shape: it may or may not be valid.
+			// Refused for its shape: it may or may not be valid, but
+			// valid, it is deeper than the bound (a fuzzed body is far
+			// under the count's).
+			if valid && nesting(b) <= 16 {
+				t.Fatalf("refused for its shape a body within the bounds: %q: %v", b, err)
+			}
 		default:
 			if valid {
 				t.Fatalf("refused as invalid what encoding/json accepts: %q: %v", b, err)
 			}
 		}
 	})
+}
+
+// nesting is how deep valid JSON nests, as encoding/json reads it.
+func nesting(b []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	depth, deepest := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return deepest
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			depth++
+			deepest = max(deepest, depth)
+		case json.Delim('}'), json.Delim(']'):
+			depth--
+		}
+	}
 }
 
 // TestScanBodyTakesOnlyAScalarIDAtTheTop: the error's id is the top
@@ -120,6 +146,12 @@ func TestScanBodyTakesOnlyAScalarIDAtTheTop(t *testing.T) {
 		`{"id":{"id":"injected"},"x":1}`:       ``,
 		`{"params":{"id":"injected"},"x":1}`:   ``,
 		`{"params":[{"id":"injected"}],"x":1}`: ``,
+		`{"id":null,"x":1}`:                    `null`,
+		`{"id":-1.5e3}`:                        `-1.5e3`,
+		`{"id":true}`:                          ``,
+		`{"x":{"a":1},"id":"b"}`:               `"b"`,
+		`{"id":"a","id":8}`:                    `8`,
+		`{"i\u0064":7}`:                        ``,
 	} {
 		s, err := scanBody([]byte(in), MaxBodyDepth)
 		require.NoError(t, err, in)
@@ -158,4 +190,16 @@ func BenchmarkScanBody(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestScanBodyKeepsTheIDOfARefusedBody: a body refused after its id is
+// answered with that id.
+func TestScanBodyKeepsTheIDOfARefusedBody(t *testing.T) {
+	s, err := scanBody([]byte(`{"jsonrpc":"2.0","id":"r1","params":`+strings.Repeat("[", 200)), MaxBodyDepth)
+	assert.True(t, isLimit(err), "%v", err)
+	assert.Equal(t, `"r1"`, string(s.id))
+	s, err = scanBody([]byte(`{"id":7,"params":{"a":}}`), MaxBodyDepth)
+	require.Error(t, err)
+	assert.False(t, isLimit(err), "%v", err)
+	assert.Equal(t, `7`, string(s.id))
 }
