@@ -9,8 +9,12 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -85,233 +89,130 @@ type scanError struct {
 
 func (e *scanError) Error() string { return e.msg }
 
-func syntaxErr(i int, what string) error {
-	return &scanError{syntax: true, msg: fmt.Sprintf("%s at offset %d", what, i)}
+// scanOptions are the gateway's decode options (those of wire): it takes
+// duplicate names, and invalid UTF-8 in strings as encoding/json does.
+var scanOptions = jsonv2.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+
+// scanner is a pooled decoder: in holds the body, read in place.
+type scanner struct {
+	dec jsontext.Decoder
+	in  bytes.Buffer
 }
 
+var scanners = sync.Pool{New: func() any { return new(scanner) }}
+
 // scanBody checks that b is one JSON value, alone but for white space,
-// that nests at most maxDepth deep and whose count (ValueCost,
-// ContainerCost) is at most DecodedPerByte × len(b) + DecodedSlack. It
-// reads b once and allocates only its stack of open containers.
+// that nests at most maxDepth deep (at most jsontext's own bound) and
+// whose count (ValueCost, ContainerCost) is at most DecodedPerByte ×
+// len(b) + DecodedSlack. It reads b's tokens once, in place, with a
+// pooled decoder, and stops at the first token over a bound.
 func scanBody(b []byte, maxDepth int) (bodyScan, error) {
+	sc := scanners.Get().(*scanner)
+	sc.in = *bytes.NewBuffer(b)
+	sc.dec.Reset(&sc.in, scanOptions)
+	s, err := sc.scan(b, maxDepth)
+	sc.in = bytes.Buffer{}
+	sc.dec.Reset(&sc.in) // drops b
+	scanners.Put(sc)
+	return s, err
+}
+
+func (sc *scanner) scan(b []byte, maxDepth int) (bodyScan, error) {
 	var s bodyScan
 	limit := int64(DecodedPerByte)*int64(len(b)) + DecodedSlack
-	stack := make([]byte, 0, min(maxDepth, 32))
-	i := 0
+	dec := &sc.dec
 	keyIsID := false // the value that comes is the top level's "id"
 	for {
-		// A value.
-		i = skipSpace(b, i)
-		if i >= len(b) {
-			return s, syntaxErr(i, "unexpected end of JSON")
-		}
-		s.values++
-		start := i
-		c := b[i]
-		var err error
-		switch {
-		case c == '{' || c == '[':
+		depth := dec.StackDepth()
+		switch k := dec.PeekKind(); k {
+		case '{', '[':
+			s.values++
 			s.containers++
-			if len(stack) >= maxDepth {
+			if depth >= maxDepth {
 				return s, &scanError{msg: fmt.Sprintf("the request nests arrays and objects deeper than %d levels", maxDepth)}
 			}
-			stack = append(stack, c)
-			i = skipSpace(b, i+1)
 			if s.cost() > limit {
 				return s, overCount(&s, len(b))
 			}
-			if i < len(b) && b[i] == c+2 { // '}' or ']': empty
-				stack = stack[:len(stack)-1]
-				i++
-				break
+			keyIsID = false // a container is no id, nor is what is in it
+			if _, err := dec.ReadToken(); err != nil {
+				return s, syntaxErr(err)
 			}
-			if c == '{' {
-				if i, keyIsID, err = scanKey(b, i, &s, len(stack) == 1); err != nil {
-					return s, err
-				}
-			} else {
-				keyIsID = false // an array is no id, nor is what is in it
+		case '}', ']':
+			if _, err := dec.ReadToken(); err != nil {
+				return s, syntaxErr(err)
 			}
-			continue
-		case c == '"':
-			i, err = scanString(b, i)
-		case c == '-' || (c >= '0' && c <= '9'):
-			i, err = scanNumber(b, i, &s)
-		case c == 't':
-			i, err = scanLiteral(b, i, "true")
-		case c == 'f':
-			i, err = scanLiteral(b, i, "false")
-		case c == 'n':
-			i, err = scanLiteral(b, i, "null")
-		default:
-			return s, syntaxErr(i, fmt.Sprintf("invalid character %q looking for a value", c))
-		}
-		if err != nil {
-			return s, err
-		}
-		if keyIsID && c != '{' && c != '[' && c != 't' && c != 'f' {
-			s.id = b[start:i]
-		}
-		keyIsID = false
-		if s.cost() > limit {
-			return s, overCount(&s, len(b))
-		}
-		// After a value: close what it ends, or go on to the next.
-		for {
-			i = skipSpace(b, i)
-			if len(stack) == 0 {
-				if i != len(b) {
-					return s, syntaxErr(i, "invalid character after the top-level value")
-				}
-				return s, nil
+		case 0: // an error, or the end before a value is whole
+			_, err := dec.ReadToken()
+			if errors.Is(err, io.EOF) { // nothing but white space
+				err = io.ErrUnexpectedEOF
 			}
-			if i >= len(b) {
-				return s, syntaxErr(i, "unexpected end of JSON")
+			return s, syntaxErr(err)
+		default: // a name or a scalar
+			// Only a name in the top-level object matters: "id" or not.
+			isName := false
+			if depth == 1 && k == '"' {
+				kind, n := dec.StackIndex(1)
+				isName = kind == '{' && n%2 == 0
 			}
-			top := stack[len(stack)-1]
-			switch b[i] {
-			case top + 2:
-				stack = stack[:len(stack)-1]
-				i++
-				continue
-			case ',':
-				i++
-				if top == '{' {
-					if i, keyIsID, err = scanKey(b, skipSpace(b, i), &s, len(stack) == 1); err != nil {
-						return s, err
-					}
-					if s.cost() > limit {
-						return s, overCount(&s, len(b))
-					}
-				}
+			v, err := dec.ReadValue()
+			if err != nil {
+				return s, syntaxErr(err)
+			}
+			s.values++
+			switch {
+			case isName:
+				keyIsID = string(v) == `"id"`
 			default:
-				return s, syntaxErr(i, fmt.Sprintf("invalid character %q after a value", b[i]))
+				if k == '0' && inexact(v) {
+					s.inexact = true
+				}
+				if keyIsID && (k == '"' || k == '0' || k == 'n') {
+					end := int(dec.InputOffset())
+					s.id = b[end-len(v) : end]
+				}
+				keyIsID = false
 			}
-			break
+			if s.cost() > limit {
+				return s, overCount(&s, len(b))
+			}
+		}
+		if dec.StackDepth() == 0 && s.values > 0 {
+			// The top-level value is whole: nothing but white space may follow.
+			if k := dec.PeekKind(); k != 0 {
+				return s, &scanError{syntax: true, msg: fmt.Sprintf("invalid character %q after the top-level value after offset %d", byte(k), dec.InputOffset())}
+			}
+			if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+				return s, syntaxErr(err)
+			}
+			return s, nil
 		}
 	}
+}
+
+// inexact reports whether the number n would not survive a float64 as
+// written: a fraction, an exponent, or 16 digits or more (a minus sign
+// counted).
+func inexact(n []byte) bool {
+	if len(n) > 15 {
+		return true
+	}
+	for _, c := range n {
+		if c == '.' || c == 'e' || c == 'E' {
+			return true
+		}
+	}
+	return false
+}
+
+// syntaxErr is a syntax error in jsontext's words.
+func syntaxErr(err error) error {
+	return &scanError{syntax: true, msg: strings.TrimPrefix(err.Error(), "jsontext: ")}
 }
 
 func overCount(s *bodyScan, n int) error {
 	return &scanError{msg: fmt.Sprintf("the request's %d-byte body holds too many values and containers for its size: its decoded form would be over %d times as large (at most %d × its bytes + %d, counting %d a value and %d more a container)",
 		n, DecodedPerByte, DecodedPerByte, DecodedSlack, ValueCost, ContainerCost)}
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-		i++
-	}
-	return i
-}
-
-// scanKey reads an object's key and its colon; isID when the key is "id"
-// in the top-level object.
-func scanKey(b []byte, i int, s *bodyScan, top bool) (int, bool, error) {
-	if i >= len(b) || b[i] != '"' {
-		return i, false, syntaxErr(i, "an object key expected")
-	}
-	s.values++
-	end, err := scanString(b, i)
-	if err != nil {
-		return end, false, err
-	}
-	isID := top && string(b[i:end]) == `"id"`
-	j := skipSpace(b, end)
-	if j >= len(b) || b[j] != ':' {
-		return j, false, syntaxErr(j, "':' expected after an object key")
-	}
-	return j + 1, isID, nil
-}
-
-func scanString(b []byte, i int) (int, error) {
-	for i++; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			return i + 1, nil
-		case c < 0x20:
-			return i, syntaxErr(i, "a control character in a string")
-		case c == '\\':
-			i++
-			if i >= len(b) {
-				return i, syntaxErr(i, "unexpected end of JSON")
-			}
-			switch b[i] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if i+4 >= len(b) {
-					return i, syntaxErr(i, "unexpected end of JSON")
-				}
-				for _, h := range b[i+1 : i+5] {
-					if !isHex(h) {
-						return i, syntaxErr(i, "an invalid \\u escape")
-					}
-				}
-				i += 4
-			default:
-				return i, syntaxErr(i, "an invalid escape")
-			}
-		}
-	}
-	return i, syntaxErr(i, "unexpected end of JSON")
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-}
-
-func isDigit(b []byte, i int) bool { return i < len(b) && b[i] >= '0' && b[i] <= '9' }
-
-// scanNumber reads a number as JSON has it, and marks the scan inexact
-// for one a float64 would not carry as written.
-func scanNumber(b []byte, i int, s *bodyScan) (int, error) {
-	start := i
-	if b[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(b) && b[i] == '0':
-		i++
-	case isDigit(b, i):
-		for isDigit(b, i) {
-			i++
-		}
-	default:
-		return i, syntaxErr(i, "a digit expected in a number")
-	}
-	if i-start > 15 {
-		s.inexact = true
-	}
-	if i < len(b) && b[i] == '.' {
-		s.inexact = true
-		i++
-		if !isDigit(b, i) {
-			return i, syntaxErr(i, "a digit expected after a decimal point")
-		}
-		for isDigit(b, i) {
-			i++
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		s.inexact = true
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if !isDigit(b, i) {
-			return i, syntaxErr(i, "a digit expected in an exponent")
-		}
-		for isDigit(b, i) {
-			i++
-		}
-	}
-	return i, nil
-}
-
-func scanLiteral(b []byte, i int, lit string) (int, error) {
-	if !bytes.HasPrefix(b[i:], []byte(lit)) {
-		return i, syntaxErr(i, "an invalid literal")
-	}
-	return i + len(lit), nil
 }
 
 // budget is a weighted semaphore over the bodies in service
