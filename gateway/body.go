@@ -81,7 +81,8 @@ func (s *bodyScan) weight(n int) int64 {
 	return max(int64(n), (s.cost()+DecodedPerByte-1)/DecodedPerByte)
 }
 
-// errSyntax and errLimit are scanBody's two kinds of failure.
+// scanError is scanBody's failure: a syntax error (-32700) or a body
+// over a limit (-32600).
 type scanError struct {
 	syntax bool
 	msg    string
@@ -205,8 +206,14 @@ func inexact(n []byte) bool {
 	return false
 }
 
-// syntaxErr is a syntax error in jsontext's words.
+// syntaxErr is a syntax error in jsontext's words and at its offset, but
+// without its JSON Pointer: that is built from the body's own member
+// names, which an answer (and a log line) should not repeat.
 func syntaxErr(err error) error {
+	var se *jsontext.SyntacticError
+	if errors.As(err, &se) && se.Err != nil {
+		return &scanError{syntax: true, msg: fmt.Sprintf("%v at offset %d", se.Err, se.ByteOffset)}
+	}
 	return &scanError{syntax: true, msg: strings.TrimPrefix(err.Error(), "jsontext: ")}
 }
 

@@ -203,3 +203,12 @@ func TestScanBodyKeepsTheIDOfARefusedBody(t *testing.T) {
 	assert.False(t, isLimit(err), "%v", err)
 	assert.Equal(t, `7`, string(s.id))
 }
+
+func TestScanBodySyntaxErrorsDoNotRepeatTheBody(t *testing.T) {
+	_, err := scanBody([]byte(`{"params":{"secret-member-name":[1,}}}`), MaxBodyDepth)
+	var se *scanError
+	require.ErrorAs(t, err, &se)
+	assert.True(t, se.syntax)
+	assert.NotContains(t, se.msg, "secret-member-name", "the answer names an offset, not the body's own names")
+	assert.Contains(t, se.msg, "at offset 34")
+}
