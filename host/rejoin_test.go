@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,20 +23,39 @@ import (
 )
 
 // sidecar runs `a2a-bus serve` as a desktop host runs its sidecar, and
-// returns it once ready (its connection file's path on stderr).
-func sidecar(t *testing.T, path, dataDir string) (*exec.Cmd, time.Time) {
+// returns once it is ready (its connection file's path on stderr), with
+// when, and a channel closed once it has exited.
+func sidecar(t *testing.T, path, dataDir string) (exited <-chan struct{}, ready time.Time) {
 	t.Helper()
 	cmd := exec.Command(testbin.A2ABus(t), "serve", "--connection-file", path, "--data-dir", dataDir, "--log-level=warn")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
+	done := make(chan struct{})
 	r := bufio.NewReader(stderr)
-	_, err = r.ReadString('\n')
+	first, err := r.ReadString('\n')
+	go func() {
+		io.Copy(io.Discard, r)
+		cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
 	require.NoError(t, err, "the sidecar is ready")
-	ready := time.Now()
-	go io.Copy(io.Discard, r)
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd, ready
+	require.Equal(t, path, strings.TrimSpace(first), "the sidecar is ready")
+	return done, time.Now()
+}
+
+// restartSidecar starts a sidecar on the data dir once the one before
+// exited, as a supervisor does, and returns when it is ready.
+func restartSidecar(t *testing.T, before <-chan struct{}, path, dataDir string) time.Time {
+	t.Helper()
+	select {
+	case <-before:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sidecar before never exited")
+	}
+	_, ready := sidecar(t, path, dataDir)
+	return ready
 }
 
 // untilCompleted waits until the delegate hears that the task completed:
@@ -96,7 +116,7 @@ func rejoinScenario(t *testing.T, h *host.Host, restart func() time.Time) {
 func TestAHostRejoinsARestartedSidecar(t *testing.T) {
 	dir := t.TempDir()
 	path, data := filepath.Join(dir, "run", "connection.json"), filepath.Join(dir, "data")
-	sidecar(t, path, data)
+	first, _ := sidecar(t, path, data)
 	cfg := host.Config{Bus: host.NATS, ConnectionFile: path}
 	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
 	h, err := host.Open(ctxT(t), cfg)
@@ -104,8 +124,7 @@ func TestAHostRejoinsARestartedSidecar(t *testing.T) {
 	t.Cleanup(func() { h.Close() })
 	rejoinScenario(t, h, func() time.Time {
 		// The desktop host restarts its sidecar on the same data dir.
-		_, ready := sidecar(t, path, data)
-		return ready
+		return restartSidecar(t, first, path, data)
 	})
 }
 

@@ -183,16 +183,16 @@ func TestAStoppedSidecarIsRejoined(t *testing.T) {
 	cases := []struct {
 		name string
 		long bool
-		// recover brings a broker back, and returns when it is ready.
-		recover func(t *testing.T, old int, stopped time.Time, path, data string) time.Time
+		// recover brings a broker back, and returns when it is ready;
+		// exited closes once the old one exited.
+		recover func(t *testing.T, old int, exited <-chan struct{}, stopped time.Time, path, data string) time.Time
 		same    bool // the same broker serves again
 	}{
-		{name: "killed and restarted by its supervisor", recover: func(t *testing.T, old int, _ time.Time, path, data string) time.Time {
+		{name: "killed and restarted by its supervisor", recover: func(t *testing.T, old int, exited <-chan struct{}, _ time.Time, path, data string) time.Time {
 			signal(t, old, syscall.SIGKILL)
-			_, ready := sidecar(t, path, data)
-			return ready
+			return restartSidecar(t, exited, path, data)
 		}},
-		{name: "continued after 15 s", long: true, same: true, recover: func(t *testing.T, old int, stopped time.Time, _, _ string) time.Time {
+		{name: "continued after 15 s", long: true, same: true, recover: func(t *testing.T, old int, _ <-chan struct{}, stopped time.Time, _, _ string) time.Time {
 			time.Sleep(time.Until(stopped.Add(longStall))) // the stop's length is the point
 			signal(t, old, syscall.SIGCONT)
 			return time.Now()
@@ -206,7 +206,7 @@ func TestAStoppedSidecarIsRejoined(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			path, data := filepath.Join(dir, "run", "connection.json"), filepath.Join(dir, "data")
-			sidecar(t, path, data)
+			exited, _ := sidecar(t, path, data)
 			cfg := host.Config{Bus: host.NATS, ConnectionFile: path, HealthTimeout: testHealthTimeout}
 			cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
 			h, err := host.Open(ctxT(t), cfg)
@@ -221,7 +221,7 @@ func TestAStoppedSidecarIsRejoined(t *testing.T) {
 				_, err := hc.CallHost(ctx, wire.MethodAdminInfo, nil)
 				require.ErrorIs(t, err, transport.ErrUnavailable, "a call on the stopped broker fails, not hangs")
 				t.Logf("the host noticed %v after the stop", time.Since(stopped).Round(time.Millisecond))
-				ready := c.recover(t, old, stopped, path, data)
+				ready := c.recover(t, old, exited, stopped, path, data)
 				at := untilServed(t, h, func(pid int) bool { return h.Rejoins() >= 1 && (pid == old) == c.same })
 				t.Logf("the host rejoined %v after the broker was back", at.Sub(ready).Round(time.Millisecond))
 			})
