@@ -155,6 +155,7 @@ func freePort(t *testing.T) int {
 // clients reconnect, and the delegate wakes with the outcome of its task,
 // completed after the restart.
 func TestExternalNATSServerRestart(t *testing.T) {
+	t.Parallel()
 	bin := testbin.Build(t, "github.com/nats-io/nats-server/v2")
 	port := freePort(t)
 	token := "0123456789abcdef0123456789abcdef"
