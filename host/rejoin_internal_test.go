@@ -244,7 +244,7 @@ func TestRejoinerBacksOffABrokerThatDiesYoung(t *testing.T) {
 		// failing dials to come, and returns the dials until one was
 		// made again.
 		lose := func(lasted time.Duration, failing int) []time.Duration {
-			time.Sleep(lasted)
+			time.Sleep(lasted) // synctest's clock: at once
 			mu.Lock()
 			fail, wentAt, dials = failing, time.Now(), nil
 			close(gone)
