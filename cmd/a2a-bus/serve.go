@@ -354,9 +354,6 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		defer gwListener.Close()
 		info.A2AURL, info.A2AToken = "http://"+gwListener.Addr().String(), secret.Hex(32)
 	}
-	if err := claim.Write(info); err != nil {
-		return err
-	}
 	cfg, gwInstance, err := o.brokerConfig(st, log)
 	if err != nil {
 		return err
@@ -373,6 +370,12 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		return err
 	}
 	defer b.Close()
+	// The connection file is written once the broker serves: a host that
+	// joins by it as soon as it appears is answered, not told that no
+	// broker serves.
+	if err := claim.Write(info); err != nil {
+		return err
+	}
 	stopGateway := func() {}
 	if gwListener != nil {
 		if stopGateway, err = startGateway(ctx, bus, gwListener, info, gwInstance, gwClients, o, log); err != nil {
