@@ -106,8 +106,10 @@ type Bus interface {
 	// subscribers treat msg as read-only, and the caller must not change
 	// it afterwards.
 	//
-	// Notifications that one goroutine publishes to one session reach each
-	// subscriber in the order of the Publish calls. Publish does not wait
+	// Notifications published to one session, one Publish returning
+	// before the next is made (from one goroutine or handed from one to
+	// the next, as the broker does), reach each subscriber in the order of
+	// the Publish calls. Publish does not wait
 	// for subscribers: a subscriber that falls behind loses notifications
 	// (counted by its Dropped) instead of slowing the broker. A session
 	// with no subscriber loses the notification silently; that is not an
