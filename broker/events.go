@@ -111,7 +111,7 @@ func (b *Broker) sweepSessions() {
 	counter, _ := b.bus.(transport.SubscriberCounter)
 	for id, s := range b.events.all() {
 		s.mu.Lock()
-		kept := s.n > 0
+		kept, seq := s.n > 0, s.seq
 		s.mu.Unlock()
 		if !kept {
 			continue
@@ -125,7 +125,9 @@ func (b *Broker) sweepSessions() {
 		}
 		s.mu.Lock()
 		switch {
-		case busy:
+		case busy || s.seq != seq:
+			// Live, or a notification came while the lock was let go:
+			// not idle.
 			s.idleSince = time.Time{}
 		case s.idleSince.IsZero():
 			s.idleSince = now
