@@ -102,7 +102,6 @@ type Bus struct {
 	serving bool
 	closed  bool
 	err     error // why the bus stopped, when it stopped by itself
-	invalid error // what Validate said of the config: Serve returns it
 
 	done     chan struct{} // closed when the bus has stopped
 	stopOnce sync.Once
@@ -135,11 +134,10 @@ var ErrPeerGone = errors.New("pipebus: the other end stopped reading")
 // writes to w. The bus owns r and w: Close closes them if they are
 // io.Closers, which also interrupts a blocked read or write when they are
 // pollable (os.Pipe, sockets, Stdio's files). A config that Validate
-// refuses gives a bus that has stopped: Serve and Err return why.
-func New(r io.Reader, w io.Writer, cfg Config) *Bus {
-	invalid := cfg.Validate()
-	if invalid != nil {
-		cfg = Config{Logger: cfg.Logger}
+// refuses is an error, and then r and w stay the caller's.
+func New(r io.Reader, w io.Writer, cfg Config) (*Bus, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = wire.DefaultMaxMessageBytes
@@ -165,11 +163,7 @@ func New(r io.Reader, w io.Writer, cfg Config) *Bus {
 	b.hctx, b.hcancel = context.WithCancel(ctx)
 	b.writerWG.Add(1)
 	go b.writeLoop()
-	if invalid != nil {
-		b.invalid = invalid
-		b.stop(invalid)
-	}
-	return b
+	return b, nil
 }
 
 // Serve implements transport.Bus: it starts reading requests.
@@ -177,8 +171,6 @@ func (b *Bus) Serve(h transport.Handler) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
-	case b.invalid != nil:
-		return b.invalid
 	case b.closed:
 		return transport.ErrClosed
 	case b.serving:

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/pipebus"
-	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -79,16 +78,14 @@ func TestClientConfigValidate(t *testing.T) {
 	}
 }
 
-// TestABusOfABadConfigHasStopped: New cannot return an error; the bus it
-// returns for a config Validate refuses has stopped, and Serve and Err
-// say why.
-func TestABusOfABadConfigHasStopped(t *testing.T) {
+// TestABusOfABadConfigIsAnError: New refuses a config Validate refuses,
+// naming the setting.
+func TestABusOfABadConfigIsAnError(t *testing.T) {
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
-	bus := pipebus.New(r, w, pipebus.Config{Queue: -1})
-	<-bus.Done()
-	assert.ErrorContains(t, bus.Err(), "Config.Queue")
-	assert.ErrorContains(t, bus.Serve(transport.HandlerFunc(nil)), "Config.Queue")
-	require.NoError(t, bus.Close())
-	require.NoError(t, bus.Close(), "idempotent")
+	defer r.Close()
+	defer w.Close()
+	bus, err := pipebus.New(r, w, pipebus.Config{Queue: -1})
+	assert.ErrorContains(t, err, "Config.Queue")
+	assert.Nil(t, bus)
 }

@@ -66,7 +66,10 @@ func FuzzServeLine(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bus := pipebus.New(reqR, respW, pipebus.Config{MaxMessageBytes: fuzzLimit})
+		bus, err := pipebus.New(reqR, respW, pipebus.Config{MaxMessageBytes: fuzzLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
 		b, err := broker.New(context.Background(), bus, broker.Config{})
 		if err != nil {
 			t.Fatal(err)

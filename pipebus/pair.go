@@ -19,9 +19,6 @@ func Pair(cfg Config, ccfg ClientConfig) (*Bus, *Client, error) {
 	if ccfg.Logger == nil {
 		ccfg.Logger = cfg.Logger
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
-	}
 	if err := ccfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -35,7 +32,15 @@ func Pair(cfg Config, ccfg ClientConfig) (*Bus, *Client, error) {
 		reqW.Close()
 		return nil, nil, err
 	}
-	return New(reqR, respW, cfg), newClient(respR, reqW, nil, ccfg), nil
+	bus, err := New(reqR, respW, cfg)
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		respR.Close()
+		respW.Close()
+		return nil, nil, err
+	}
+	return bus, newClient(respR, reqW, nil, ccfg), nil
 }
 
 // Stdio returns the process's stdin and stdout for the broker end, as

@@ -483,7 +483,12 @@ func servePipe(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	}
 	defer st.Close()
 	in, out := pipebus.Stdio(log)
-	bus := pipebus.New(in, out, pipebus.Config{MaxMessageBytes: o.maxMessageBytes, Logger: log})
+	bus, err := pipebus.New(in, out, pipebus.Config{MaxMessageBytes: o.maxMessageBytes, Logger: log})
+	if err != nil {
+		in.Close()
+		out.Close()
+		return err
+	}
 	cfg, _, err := o.brokerConfig(st, log)
 	if err != nil {
 		bus.Close()
