@@ -148,7 +148,9 @@ type Broker struct {
 	// ctx is canceled by Close; the broker's own goroutines run under it.
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the orphan sweeper
+	wg     sync.WaitGroup // the orphan sweeper, the republisher
+
+	republish republisher
 
 	// failures logs the store's failures and the requests they fail
 	// once, then a count a minute, not once a request (a full disk fails
@@ -407,7 +409,10 @@ func (b *Broker) Epoch() string { return b.epoch }
 // Close stops the broker's own work (the orphan sweep, housekeeping). It neither closes
 // the bus nor the store. Idempotent.
 func (b *Broker) Close() error {
+	// Under the republisher's lock: it starts no goroutine once canceled.
+	b.republish.mu.Lock()
 	b.cancel()
+	b.republish.mu.Unlock()
 	b.wg.Wait()
 	b.failures.Close()
 	return nil

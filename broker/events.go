@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/transport"
@@ -45,19 +47,25 @@ type sessionLog struct {
 	// idleSince is when the session was first seen with no agent and no
 	// subscriber, zero while it has either.
 	idleSince time.Time
-	// published is closed once the latest numbered notification has
-	// been handed to the bus; nil before the first.
-	published chan struct{}
+	// unsent is the seq of the oldest notification whose publish failed
+	// and that the republisher has not published since; 0: none.
+	unsent uint64
+
+	// published is the seq of the latest notification handed to the bus.
+	// It is stored after each publish, read without mu on the way to
+	// one; waiters (counted in waiting, under mu) wait on turn for it.
+	published atomic.Uint64
+	waiting   atomic.Int32
+	turn      sync.Cond // on mu
 }
 
 // notice is a notification numbered and kept, to be published after the
-// one numbered before it.
+// one numbered before it. The zero notice publishes nothing.
 type notice struct {
+	log     *sessionLog
 	session string
 	seq     uint64
 	msg     []byte
-	after   chan struct{} // closed once the one before is published; nil: none
-	done    chan struct{} // closed once this one is
 }
 
 func (l *eventLog) init(window, maxBytes int) {
@@ -72,6 +80,7 @@ func (l *eventLog) session(id string, create bool) *sessionLog {
 	s := l.sessions[id]
 	if s == nil && create {
 		s = &sessionLog{}
+		s.turn.L = &s.mu
 		l.sessions[id] = s
 	}
 	return s
@@ -159,7 +168,7 @@ func (b *Broker) emit(recipient, session, fromSession, method string, params fun
 // The caller publishes the notice before it posts another, whatever
 // happens: the session's later notifications wait for it. It may let go
 // of its locks first, and should (see the lock order in doc.go).
-func (b *Broker) post(recipient, session, fromSession, method string, params func(wire.EventHead) any) (*notice, error) {
+func (b *Broker) post(recipient, session, fromSession, method string, params func(wire.EventHead) any) (notice, error) {
 	l := &b.events
 	s := l.session(session, true)
 	s.mu.Lock()
@@ -175,37 +184,164 @@ func (b *Broker) post(recipient, session, fromSession, method string, params fun
 	if err != nil {
 		// Every field was validated on the way in; this is a bug.
 		b.log.Error("encode notification", "method", method, "error", err)
-		return nil, err
+		return notice{}, err
 	}
 	if len(msg) > b.limits.Item() {
 		if method != wire.NotifyPush {
 			b.log.Error("notification over the payload limit not sent", "method", method, "bytes", len(msg))
 		}
-		return nil, errTooLarge
+		return notice{}, errTooLarge
 	}
 	s.seq++
 	s.keep(msg, l.window, l.maxBytes)
-	n := &notice{session: session, seq: s.seq, msg: msg, after: s.published, done: make(chan struct{})}
-	s.published = n.done
-	return n, nil
+	return notice{log: s, session: session, seq: s.seq, msg: msg}, nil
 }
 
 // publish hands n to the bus once the notification numbered before it in
 // its session has been: so a session's notifications reach the bus in
 // seq order, one Publish after the other, whichever goroutines post
-// them. nil publishes nothing.
-func (b *Broker) publish(n *notice) {
-	if n == nil {
+// them. The zero notice publishes nothing.
+//
+// The common case, no notification of the session on its way to the bus,
+// takes no lock and allocates nothing: only a publish that finds the one
+// before it still going waits, on the session's turn.
+func (b *Broker) publish(n notice) {
+	s := n.log
+	if s == nil {
 		return
 	}
-	if n.after != nil {
-		<-n.after
+	if s.published.Load() != n.seq-1 {
+		s.mu.Lock()
+		s.waiting.Add(1)
+		for s.published.Load() != n.seq-1 {
+			s.turn.Wait()
+		}
+		s.waiting.Add(-1)
+		s.mu.Unlock()
 	}
 	if err := b.bus.Publish(n.session, n.msg); err != nil {
-		// The notification is kept: the recipient's runtime replays it.
-		b.log.Warn("publish failed; the event stays in the replay log", "seq", n.seq, "error", err)
+		// The notification is kept, and published again once the bus
+		// takes it: nothing else would tell a waiting runtime of it.
+		b.log.Warn("publish failed; the event stays in the replay log and is published again", "seq", n.seq, "error", err)
+		b.republishLater(n.session, s, n.seq)
 	}
-	close(n.done)
+	s.published.Store(n.seq)
+	// A waiter counts itself under mu before it looks at published: either
+	// it sees this store, or this load sees it and the broadcast, under
+	// mu, finds it waiting.
+	if s.waiting.Load() > 0 {
+		s.mu.Lock()
+		s.turn.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+// republisher publishes again the notifications whose publish failed (a
+// cut link whose buffer was full, a bus closing under way), so that a
+// runtime that waits learns of them from the bus, not from its next
+// check. It runs only while a failure is pending.
+type republisher struct {
+	mu      sync.Mutex
+	pending map[string]*sessionLog
+	running bool
+}
+
+// republishBackoff is how long the republisher waits before it tries,
+// doubled after each round with a failure, up to republishMaxBackoff.
+const (
+	republishBackoff    = 100 * time.Millisecond
+	republishMaxBackoff = 5 * time.Second
+)
+
+// republishLater marks seq of session s as unsent and starts the
+// republisher if it is not running.
+func (b *Broker) republishLater(session string, s *sessionLog, seq uint64) {
+	s.mu.Lock()
+	if s.unsent == 0 || seq < s.unsent {
+		s.unsent = seq
+	}
+	s.mu.Unlock()
+	r := &b.republish
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = map[string]*sessionLog{}
+	}
+	r.pending[session] = s
+	if r.running || b.ctx.Err() != nil {
+		return
+	}
+	r.running = true
+	b.wg.Go(b.republishLoop)
+}
+
+// republishLoop republishes until nothing is pending, or Close.
+func (b *Broker) republishLoop() {
+	r := &b.republish
+	wait := republishBackoff
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+			return
+		case <-timer.C:
+		}
+		r.mu.Lock()
+		pending := r.pending
+		r.pending = nil
+		r.mu.Unlock()
+		failed := false
+		for session, s := range pending {
+			if !b.republishSession(session, s) {
+				failed = true
+			}
+		}
+		r.mu.Lock()
+		if len(r.pending) == 0 {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		if failed {
+			wait = min(2*wait, republishMaxBackoff)
+		} else {
+			wait = republishBackoff
+		}
+		timer.Reset(wait)
+	}
+}
+
+// republishSession publishes again what is kept of session's notifications
+// from its oldest unsent one on, in order; a failure marks the rest unsent
+// again. It reports whether every publish succeeded. A notification no
+// longer kept is not published: a replay of it is A2A_REPLAY_GAP, which
+// the runtime handles.
+func (b *Broker) republishSession(session string, s *sessionLog) bool {
+	s.mu.Lock()
+	from := s.unsent
+	s.unsent = 0
+	var msgs []json.RawMessage
+	if from > 0 {
+		from = max(from, s.oldest())
+		msgs = s.since(from-1, math.MaxInt)
+	}
+	s.mu.Unlock()
+	for i, msg := range msgs {
+		if err := b.bus.Publish(session, msg); err != nil {
+			b.log.Debug("publish again failed; will retry", "seq", from+uint64(i), "error", err)
+			b.republishLater(session, s, from+uint64(i))
+			return false
+		}
+	}
+	if len(msgs) > 0 {
+		b.log.Info("published again the events whose publish failed", "session", session, "count", len(msgs))
+	}
+	return true
 }
 
 // keep adds msg as the newest, dropping the oldest beyond window

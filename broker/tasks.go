@@ -293,7 +293,7 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 	}
 	unlock := b.lockTask(id)
 	err = b.store.Create(ctx, rec, b.cfg.MaxTasksPerContext)
-	var n *notice
+	var n notice
 	if err == nil {
 		n = b.notifyTask(&rec.Task, peer.id, peer.session, self.session, wire.EventCreated, &msg)
 	}
@@ -433,7 +433,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 		return nil
 	})
 	res, werr, done := b.keyOutcome(ctx, p.TaskID, p.Message.MessageID, err)
-	var n *notice
+	var n notice
 	if !done && err == nil {
 		n = b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventMessage, &msg)
 	}
@@ -635,7 +635,7 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 		return nil
 	})
 	res, werr, done := b.keyOutcome(ctx, id, k.name, err)
-	var n *notice
+	var n notice
 	if !done && err == nil {
 		n = b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventStatus, msg)
 	}
@@ -713,7 +713,7 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 			r.Task.UpdatedAt = now
 			return nil
 		})
-		var n *notice
+		var n notice
 		if err == nil {
 			n = b.notifyTask(&updated.Task, otherID, otherSession, session, wire.EventStatus, nil)
 		}
@@ -729,7 +729,7 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 // notifyTask posts an a2a.task.event about task to one member, under
 // the task's stripe; the caller publishes it once it has let go of the
 // stripe.
-func (b *Broker) notifyTask(t *wire.Task, recipient, recipientSession, fromSession string, kind wire.EventKind, msg *wire.Message) *notice {
+func (b *Broker) notifyTask(t *wire.Task, recipient, recipientSession, fromSession string, kind wire.EventKind, msg *wire.Message) notice {
 	bare := t.WithoutHistory()
 	n, _ := b.post(recipient, recipientSession, fromSession, wire.NotifyTaskEvent, func(h wire.EventHead) any {
 		return &wire.TaskEvent{EventHead: h, TaskID: t.ID, Kind: kind, Task: bare, Message: msg, Final: t.Status.State.Terminal()}
