@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +52,9 @@ type ClientConfig struct {
 	Logger *slog.Logger
 
 	inProcess nats.InProcessConnProvider
+	// inbox and own, when positive, replace inboxSize and
+	// ownSubscriptions (tests).
+	inbox, own int
 	// relinkWait, when set (tests), replaces relinkWait.
 	relinkWait time.Duration
 }
@@ -181,6 +186,12 @@ type Client struct {
 	wildMu   sync.Mutex // held while wild is made
 	byEvents map[string]map[*fanout.Sub]struct{}
 	wg       sync.WaitGroup // the dispatcher
+	// subMu is held from a subscription's SUB to the server's answer,
+	// so that a refusal the server sends in between is this one's (see
+	// refused); maxSubs, under it, is the server's cap on subscriptions
+	// per connection once one refusal showed it, 0 before.
+	subMu   sync.Mutex
+	maxSubs int
 
 	muxOnce sync.Once
 	mux     *replyMux
@@ -207,7 +218,7 @@ func (c *Client) wildcard() bool {
 	}
 	c.rmu.RLock()
 	defer c.rmu.RUnlock()
-	return len(c.routes) >= ownSubscriptions
+	return len(c.routes) >= cmp.Or(c.cfg.own, ownSubscriptions)
 }
 
 // ensureWild makes the wildcard subscription to every session's events,
@@ -221,10 +232,41 @@ func (c *Client) ensureWild(ctx context.Context) error {
 	if ok {
 		return nil
 	}
-	ns, err := c.nc.ChanSubscribe(EventsPrefix+"*"+EventsSuffix, c.inbox)
+	ns, err := c.subscribe(ctx, EventsPrefix+"*"+EventsSuffix, nil)
 	if err != nil {
-		return fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+		return err
 	}
+	c.rmu.Lock()
+	c.wild = ns
+	c.rmu.Unlock()
+	return nil
+}
+
+// subscribe subscribes to subject into the client's inbox, and returns
+// once the server has the interest (every later publish reaches it), or
+// has refused it: transport.ErrRefused, wrapping nats.go's error. sub,
+// when not nil, is routed what the subscription brings from before it
+// can bring anything (and no longer if it fails).
+func (c *Client) subscribe(ctx context.Context, subject string, sub *fanout.Sub) (_ *nats.Subscription, err error) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.maxSubs > 0 && c.nc.NumSubscriptions() >= c.maxSubs {
+		return nil, fmt.Errorf("%w: %s: %v (%d per connection)", transport.ErrRefused, subject, nats.ErrMaxSubscriptionsExceeded, c.maxSubs)
+	}
+	before := c.nc.LastError()
+	ns, err := c.nc.ChanSubscribe(subject, c.inbox)
+	if err != nil {
+		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+	}
+	if sub != nil {
+		c.route(ns, sub)
+		defer func() {
+			if err != nil {
+				c.route(ns, nil)
+			}
+		}()
+	}
+	// nats.go wants a deadline for the flush.
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, flushTimeout)
@@ -233,14 +275,68 @@ func (c *Client) ensureWild(ctx context.Context) error {
 	if err := c.nc.FlushWithContext(ctx); err != nil {
 		_ = ns.Unsubscribe()
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
-		return fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
 	}
-	c.rmu.Lock()
-	c.wild = ns
-	c.rmu.Unlock()
+	if err := c.refused(before, subject); err != nil {
+		_ = ns.Unsubscribe()
+		return nil, err
+	}
+	return ns, nil
+}
+
+// refused reports whether the server refused the subscription to subject
+// that subscribe just made, by the error it answered before the flush's
+// PONG (a server sends a refusal before it reads the PING after the SUB,
+// and nats.go records it as the connection's last error before it reads
+// the PONG). before is the last error from before the SUB. c.subMu is
+// held: no other SUB was in between.
+//
+// A permission refusal names the subject, and is a new error each time. A
+// refusal for the cap is always the same error, so it is told apart only
+// the first time; then the cap is learned (the subscriptions the server
+// holds, this one not counted) and subscribe refuses past it without
+// asking. The cap is forgotten when the connection is made again, as
+// nats.go forgets the last error.
+func (c *Client) refused(before error, subject string) error {
+	after := c.nc.LastError()
+	if after == nil || after == before {
+		return nil
+	}
+	switch {
+	case errors.Is(after, nats.ErrPermissionViolation) && strings.Contains(after.Error(), `"`+subject+`"`):
+		return fmt.Errorf("%w: %s: %v", transport.ErrRefused, subject, after)
+	case errors.Is(after, nats.ErrMaxSubscriptionsExceeded):
+		c.maxSubs = c.nc.NumSubscriptions() - 1
+		return fmt.Errorf("%w: %s: %v (%d per connection)", transport.ErrRefused, subject, after, c.maxSubs)
+	}
 	return nil
+}
+
+// cutSlow ends the subscriptions that ns brings events to, after nats.go
+// dropped one of its messages (the inbox was full): their receivers
+// subscribe again and replay at once, as after a lost connection, rather
+// than find the loss at their next check.
+func (c *Client) cutSlow(ns *nats.Subscription) {
+	c.rmu.RLock()
+	var subs []*fanout.Sub
+	if ns == c.wild {
+		for _, byEvents := range c.byEvents {
+			for sub := range byEvents {
+				subs = append(subs, sub)
+			}
+		}
+	} else if sub := c.routes[ns]; sub != nil {
+		subs = append(subs, sub)
+	}
+	c.rmu.RUnlock()
+	if len(subs) > 0 {
+		c.log.Warn("nats: events were dropped for a slow receiver; its subscriptions end, to be made again and replayed", "subscriptions", len(subs))
+	}
+	for _, sub := range subs {
+		sub.Close()
+	}
 }
 
 // routeEvents adds sub to (or, with add false, removes it from) what the
@@ -318,7 +414,7 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{},
-		inbox: make(chan *nats.Msg, inboxSize), routes: map[*nats.Subscription]*fanout.Sub{},
+		inbox: make(chan *nats.Msg, cmp.Or(cfg.inbox, inboxSize)), routes: map[*nats.Subscription]*fanout.Sub{},
 		byEvents: map[string]map[*fanout.Sub]struct{}{}, gone: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.link, c.linkDown = context.WithCancel(c.ctx)
@@ -326,6 +422,9 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		nats.Name("a2a-bus client"),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			logAsync(c.log, err)
+			if errors.Is(err, nats.ErrSlowConsumer) && sub != nil {
+				c.cutSlow(sub)
+			}
 		}),
 	}
 	switch {
@@ -362,6 +461,9 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		c.linkLost()
 	}))
 	opts = append(opts, nats.ReconnectHandler(func(*nats.Conn) {
+		c.subMu.Lock()
+		c.maxSubs = 0 // nats.go forgot the last error: see refused
+		c.subMu.Unlock()
 		down := c.relink()
 		c.log.Info("nats: reconnected", "after", down.Round(time.Millisecond))
 		// What was published meanwhile is lost to the subscriptions:
@@ -665,25 +767,9 @@ func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error)
 	})
 	// Every subscription of the client delivers into one channel, read by
 	// one goroutine: no goroutine per subscription, however many sessions.
-	ns, err := s.c.nc.ChanSubscribe(s.events, s.c.inbox)
+	ns, err := s.c.subscribe(ctx, s.events, sub)
 	if err != nil {
-		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
-	}
-	s.c.route(ns, sub)
-	// Once the server has the interest, every later publish reaches it.
-	// (nats.go wants a deadline for the flush.)
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, flushTimeout)
-		defer cancel()
-	}
-	if err := s.c.nc.FlushWithContext(ctx); err != nil {
-		s.c.route(ns, nil)
-		_ = ns.Unsubscribe()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("%w: subscribe: %v", transport.ErrUnavailable, err)
+		return nil, err
 	}
 	s.subs[sub] = ns
 	return sub, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/internal/fanout"
 	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -104,7 +105,7 @@ func TestAnInProcessClientRejoinsAfterTheServerCutsIt(t *testing.T) {
 	spawn := func(c *Client, session, name string, poll time.Duration) *runtime.Delegate {
 		s, err := c.Session(testCtx(t), session)
 		require.NoError(t, err)
-		rt, err := runtime.New(testCtx(t), s, runtime.Config{Feed: runtime.FeedConfig{PollInterval: poll}})
+		rt, err := runtime.New(testCtx(t), s, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: poll}})
 		require.NoError(t, err)
 		t.Cleanup(func() { rt.Close() })
 		d, err := rt.Spawn(testCtx(t), wire.AgentCard{Name: name})
@@ -417,5 +418,73 @@ func TestManySessionsOnOneHostConnection(t *testing.T) {
 	case got, ok := <-last.C():
 		assert.False(t, ok, "an ended subscription gets nothing more: %s", got)
 	default:
+	}
+}
+
+// TestASlowReceiversSubscriptionEndsToBeMadeAgain: when nats.go drops
+// events because the client's inbox is full, the subscriptions they were
+// for end (as at a lost connection), so that their runtimes subscribe
+// again and replay at once, rather than find the loss at their next
+// check. Both kinds: a session's own subscription, and the wildcard's.
+func TestASlowReceiversSubscriptionEndsToBeMadeAgain(t *testing.T) {
+	for _, wildcard := range []bool{false, true} {
+		t.Run(fmt.Sprint("wildcard=", wildcard), func(t *testing.T) {
+			b, err := New(Config{CloseGrace: 50 * time.Millisecond})
+			require.NoError(t, err)
+			t.Cleanup(func() { b.Close() })
+			cfg := ClientConfig{inbox: 2}
+			if wildcard {
+				cfg.own = 1 // the session after the first goes by the wildcard
+			}
+			c, err := b.Connect(cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			if wildcard {
+				first, err := c.Session(testCtx(t), "s0")
+				require.NoError(t, err)
+				_, err = first.Subscribe(testCtx(t))
+				require.NoError(t, err)
+			}
+			s, err := c.Session(testCtx(t), "s1")
+			require.NoError(t, err)
+			sub, err := s.Subscribe(testCtx(t))
+			require.NoError(t, err)
+			c.rmu.RLock()
+			byWild := len(c.byEvents) == 1
+			ns := c.wild
+			c.rmu.RUnlock()
+			require.Equal(t, wildcard, byWild)
+			if !wildcard {
+				own := s.(*session)
+				own.mu.Lock()
+				ns = own.subs[sub.(*fanout.Sub)]
+				own.mu.Unlock()
+			}
+
+			// Hold the dispatcher (it takes rmu for each message) while
+			// more arrive than the inbox holds.
+			c.rmu.Lock()
+			for i := range 10 {
+				require.NoError(t, b.Publish("s1", []byte(fmt.Sprintf(`{"n":%d}`, i))))
+			}
+			require.Eventually(t, func() bool {
+				dropped, _ := ns.Dropped()
+				return dropped > 0
+			}, 10*time.Second, time.Millisecond, "nats.go never dropped an event")
+			c.rmu.Unlock()
+
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case _, ok := <-sub.C():
+					if !ok {
+						assert.True(t, c.nc.IsConnected(), "the connection was not cut: the subscription was")
+						return
+					}
+				case <-deadline:
+					t.Fatal("the subscription whose events were dropped did not end")
+				}
+			}
+		})
 	}
 }

@@ -24,6 +24,12 @@ var (
 	// encodes to more than the bus's message limit.
 	ErrTooLarge = errors.New("transport: message too large")
 
+	// ErrRefused is returned by Subscribe when the server behind the bus
+	// refused the subscription (NATS: a permission it does not grant, or
+	// its cap on subscriptions per connection): trying again does not
+	// help. The server's reason is wrapped with it.
+	ErrRefused = errors.New("transport: subscription refused")
+
 	// ErrServing is returned by a second call to Bus.Serve.
 	ErrServing = errors.New("transport: already serving")
 )
