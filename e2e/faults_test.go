@@ -119,7 +119,7 @@ func TestRuntimeReconnectsMidTask(t *testing.T) {
 	require.NoError(t, err)
 	s1, err := far.Session(ctx, "far")
 	require.NoError(t, err)
-	rt1, err := runtime.New(ctx, s1, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 100 * time.Millisecond}})
+	rt1, err := runtime.New(ctx, s1, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	defer rt1.Close()
 	s2, err := near.Session(ctx, "near")
@@ -199,7 +199,7 @@ func TestExternalNATSServerRestart(t *testing.T) {
 	mk := func(c *natsbus.Client, session string) *runtime.Runtime {
 		s, err := c.Session(ctx, session)
 		require.NoError(t, err)
-		rt, err := runtime.New(ctx, s, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 100 * time.Millisecond}})
+		rt, err := runtime.New(ctx, s, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 100 * time.Millisecond}})
 		require.NoError(t, err)
 		t.Cleanup(func() { rt.Close() })
 		return rt

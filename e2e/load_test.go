@@ -136,7 +136,7 @@ func TestLoad(t *testing.T) {
 	for s := range sessions {
 		sess, err := client.Session(ctx, "load-"+itoa(s))
 		require.NoError(t, err)
-		rt, err := runtime.New(ctx, sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 200 * time.Millisecond}})
+		rt, err := runtime.New(ctx, sess, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 200 * time.Millisecond}})
 		require.NoError(t, err)
 		rts = append(rts, rt)
 		for range perSession {

@@ -292,7 +292,7 @@ func hostChild() error {
 	host.SetHealthEvery(time.Second)
 	cfg := host.Config{
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))}
-	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+	cfg.Runtime.Feed.CheckInterval = 100 * time.Millisecond
 	switch os.Getenv(hostBusEnv) {
 	case "pipe":
 		cfg.Bus = host.Pipe

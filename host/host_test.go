@@ -46,7 +46,7 @@ func eachBus(t *testing.T, fn func(t *testing.T, h *host.Host)) {
 	for _, name := range []string{"fake", "nats", "pipe"} {
 		t.Run(name, func(t *testing.T) {
 			cfg := configs[name](t)
-			cfg.Runtime.Feed.PollInterval = 50 * time.Millisecond
+			cfg.Runtime.Feed.CheckInterval = 50 * time.Millisecond
 			h, err := openBus(ctxT(t), name, cfg)
 			require.NoError(t, err)
 			t.Cleanup(func() { h.Close() })

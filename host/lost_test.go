@@ -46,7 +46,7 @@ func nextResync(t *testing.T, d *runtime.Delegate) <-chan *runtime.Resync {
 func TestAPipeHostTellsOfTheTasksItsBrokerLost(t *testing.T) {
 	cfg := host.Config{Bus: host.Pipe, Memory: true,
 		BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir=", "--log-level=warn"}}
-	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+	cfg.Runtime.Feed.CheckInterval = 100 * time.Millisecond
 	h, err := host.Open(ctxT(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })

@@ -178,7 +178,7 @@ func TestRejoinerALinkLostWhileOpeningASessionIsNotTheSessionsEnd(t *testing.T) 
 	defer sess.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	feed, err := runtime.NewFeed(ctx, sess, runtime.FeedConfig{PollInterval: 50 * time.Millisecond})
+	feed, err := runtime.NewFeed(ctx, sess, runtime.FeedConfig{CheckInterval: 50 * time.Millisecond})
 	require.NoError(t, err)
 	defer feed.Close()
 

@@ -118,7 +118,7 @@ func TestAHostRejoinsARestartedSidecar(t *testing.T) {
 	path, data := filepath.Join(dir, "run", "connection.json"), filepath.Join(dir, "data")
 	first, _ := sidecar(t, path, data)
 	cfg := host.Config{Bus: host.NATS, ConnectionFile: path}
-	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+	cfg.Runtime.Feed.CheckInterval = 100 * time.Millisecond
 	h, err := host.Open(ctxT(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })
@@ -132,7 +132,7 @@ func TestAPipeHostRestartsItsBroker(t *testing.T) {
 	data := t.TempDir()
 	cfg := host.Config{Bus: host.Pipe,
 		BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", data, "--log-level=warn"}}
-	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+	cfg.Runtime.Feed.CheckInterval = 100 * time.Millisecond
 	h, err := host.Open(ctxT(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })

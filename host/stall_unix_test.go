@@ -120,7 +120,7 @@ func TestAStoppedPipeChildIsReplaced(t *testing.T) {
 	t.Parallel()
 	cfg := host.Config{Bus: host.Pipe, HealthTimeout: testHealthTimeout,
 		BrokerCommand: []string{testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", t.TempDir(), "--log-level=warn"}}
-	cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+	cfg.Runtime.Feed.CheckInterval = 100 * time.Millisecond
 	h, err := host.Open(ctxT(t), cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })
@@ -208,7 +208,7 @@ func TestAStoppedSidecarIsRejoined(t *testing.T) {
 			path, data := filepath.Join(dir, "run", "connection.json"), filepath.Join(dir, "data")
 			exited, _ := sidecar(t, path, data)
 			cfg := host.Config{Bus: host.NATS, ConnectionFile: path, HealthTimeout: testHealthTimeout}
-			cfg.Runtime.Feed.PollInterval = 100 * time.Millisecond
+			cfg.Runtime.Feed.CheckInterval = 100 * time.Millisecond
 			h, err := host.Open(ctxT(t), cfg)
 			require.NoError(t, err)
 			t.Cleanup(func() { h.Close() })

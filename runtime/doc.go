@@ -55,8 +55,12 @@
 // fails otherwise stays known open for the next Resync. A lost id is
 // reported once, then forgotten. A task last seen terminal that is gone is
 // not reported: its outcome was told. After a broker restart the Resync
-// comes within about one poll interval of the new broker being reachable
-// (FeedConfig.PollInterval) while a delegate waits.
+// comes once the runtime's subscription, ended with the old broker's
+// connection, is made again (within a couple of seconds of the new
+// broker being reachable), or at the latest at the feed's next check
+// (FeedConfig.CheckInterval, about 30 s) while a delegate waits: the
+// check is for a restart no connection showed (a broker behind a NATS
+// server that stayed up).
 //
 // Feed, which turns a session's subscription into its notifications in
 // seq order without gaps, is usable on its own.

@@ -42,7 +42,7 @@ func (e *faultEnv) runtime(t *testing.T, session string) *runtime.Runtime {
 	t.Helper()
 	sess, err := e.bus.Session(ctxT(t), session)
 	require.NoError(t, err)
-	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 30 * time.Millisecond}})
+	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 30 * time.Millisecond}})
 	require.NoError(t, err)
 	e.rts[session] = rt
 	return rt

@@ -6,15 +6,27 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
-// DefaultPollInterval is how often a waiting Feed asks the broker for
-// events it may have missed, so that even a lost last event is found.
-const DefaultPollInterval = 2 * time.Second
+// DefaultCheckInterval is about how often a waiting Feed asks the broker
+// for events it may have missed with nothing to tell it so, so that even
+// a lost last event is found. Each wait is drawn from 80 % to 120 % of
+// it, so that many sessions' checks do not come together.
+//
+// A feed learns of a loss from the loss's own signal first: a seq gap, a
+// subscription that ended (the connection dropped, or the bus cut a slow
+// receiver) or that dropped events; each makes it replay at once. The
+// check is for what no signal shows.
+const DefaultCheckInterval = 30 * time.Second
+
+// DefaultRetryInterval is how soon a waiting Feed asks again after the
+// broker did not answer a replay.
+const DefaultRetryInterval = 2 * time.Second
 
 // DefaultReplayTimeout bounds each replay a Feed makes of its own
 // (FeedConfig.ReplayTimeout).
@@ -23,20 +35,25 @@ const DefaultReplayTimeout = 30 * time.Second
 // FeedConfig configures a Feed. The zero value is the default; NewFeed
 // refuses a config that Validate refuses.
 type FeedConfig struct {
-	// PollInterval is how often Next, while it waits, replays to find a
-	// lost event. 0 means DefaultPollInterval.
-	PollInterval time.Duration
+	// CheckInterval is about how often Next, while it waits, replays to
+	// find an event lost with no signal (DefaultCheckInterval). 0 means
+	// DefaultCheckInterval.
+	CheckInterval time.Duration
+	// RetryInterval is how soon Next, while it waits, replays again
+	// after a replay the broker did not answer. 0 means
+	// DefaultRetryInterval.
+	RetryInterval time.Duration
 	// ReplayTimeout bounds each replay the feed makes of its own, to fill
-	// a gap or at a poll: one whose answer never comes (the request was
+	// a gap or at a check: one whose answer never comes (the request was
 	// lost when the broker's connection was cut and made again, or a
 	// broker too busy to answer dropped it) is given up and tried again
-	// at the next poll, instead of holding the feed, and every delegate
-	// of the session, for good. 0 means DefaultReplayTimeout.
+	// after RetryInterval, instead of holding the feed, and every
+	// delegate of the session, for good. 0 means DefaultReplayTimeout.
 	ReplayTimeout time.Duration
-	// ShouldPoll, when set, is asked at each poll whether anyone waits
-	// for an event; when nobody does, the poll is skipped, so that idle
+	// ShouldCheck, when set, is asked at each check whether anyone waits
+	// for an event; when nobody does, the check is skipped, so that idle
 	// sessions cost the broker nothing.
-	ShouldPoll func() bool
+	ShouldCheck func() bool
 	// Logger receives the feed's logs. nil discards them.
 	Logger *slog.Logger
 }
@@ -44,8 +61,10 @@ type FeedConfig struct {
 // Validate reports the first setting of cfg that is out of range.
 func (cfg FeedConfig) Validate() error {
 	switch {
-	case cfg.PollInterval < 0:
-		return fmt.Errorf("runtime: FeedConfig.PollInterval is %v: want 0 (DefaultPollInterval) or more", cfg.PollInterval)
+	case cfg.CheckInterval < 0:
+		return fmt.Errorf("runtime: FeedConfig.CheckInterval is %v: want 0 (DefaultCheckInterval) or more", cfg.CheckInterval)
+	case cfg.RetryInterval < 0:
+		return fmt.Errorf("runtime: FeedConfig.RetryInterval is %v: want 0 (DefaultRetryInterval) or more", cfg.RetryInterval)
 	case cfg.ReplayTimeout < 0:
 		return fmt.Errorf("runtime: FeedConfig.ReplayTimeout is %v: want 0 (DefaultReplayTimeout) or more", cfg.ReplayTimeout)
 	}
@@ -76,7 +95,7 @@ type Gap struct {
 // Feed turns one session's subscription into the session's notifications
 // in seq order without gaps: it replays what the bus lost (a seq gap, a
 // slow receiver's drops, a lost subscription, a lost last event found by
-// polling), and says when that is not possible. It is not safe for
+// the check), and says when that is not possible. It is not safe for
 // concurrent use: one goroutine calls Next.
 type Feed struct {
 	cfg     FeedConfig
@@ -88,6 +107,9 @@ type Feed struct {
 	epoch string
 	next  uint64 // the next seq expected
 	queue []Item
+	// unsure is set while the broker has not answered the latest replay:
+	// the next one comes after RetryInterval, not a check's wait.
+	unsure bool
 
 	replayed, gaps uint64
 }
@@ -101,8 +123,11 @@ func NewFeed(ctx context.Context, sess transport.Session, cfg FeedConfig) (*Feed
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = DefaultPollInterval
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = DefaultCheckInterval
+	}
+	if cfg.RetryInterval == 0 {
+		cfg.RetryInterval = DefaultRetryInterval
 	}
 	if cfg.ReplayTimeout == 0 {
 		cfg.ReplayTimeout = DefaultReplayTimeout
@@ -157,13 +182,32 @@ func (f *Feed) replay(ctx context.Context, epoch string, after uint64) (*wire.Re
 	return &res, nil
 }
 
+// wait returns how long Next waits before it asks the broker on its own:
+// RetryInterval after an unanswered replay, else CheckInterval drawn
+// from 80 % to 120 %.
+func (f *Feed) wait() time.Duration {
+	if f.unsure {
+		return f.cfg.RetryInterval
+	}
+	d := f.cfg.CheckInterval
+	return d*4/5 + rand.N(d*2/5+1)
+}
+
 // Next returns the session's next event, or a Gap. While it waits it
-// polls the broker every PollInterval. It returns ctx's error when ctx
-// ends, and ErrFeedClosed once the session is closed.
+// asks the broker on its own only for what no signal shows (see
+// DefaultCheckInterval), or again after a replay it did not answer. It
+// returns ctx's error when ctx ends, and ErrFeedClosed once the session
+// is closed.
 func (f *Feed) Next(ctx context.Context) (Item, error) {
-	poll := time.NewTimer(f.cfg.PollInterval)
-	defer poll.Stop()
+	check := time.NewTimer(f.wait())
+	defer check.Stop()
+	retrying := f.unsure // check is armed for RetryInterval
 	for len(f.queue) == 0 {
+		if f.unsure && !retrying {
+			// A replay just went unanswered: ask again soon.
+			check.Reset(f.cfg.RetryInterval)
+		}
+		retrying = f.unsure
 		if d := f.sub.Dropped(); d != f.dropped {
 			// The receiver fell behind: fetch what was dropped now.
 			f.dropped = d
@@ -183,13 +227,14 @@ func (f *Feed) Next(ctx context.Context) (Item, error) {
 			if err := f.take(ctx, raw); err != nil {
 				return Item{}, err
 			}
-		case <-poll.C:
-			if f.cfg.ShouldPoll == nil || f.cfg.ShouldPoll() {
+		case <-check.C:
+			if f.cfg.ShouldCheck == nil || f.cfg.ShouldCheck() {
 				if _, err := f.catchUp(ctx, ""); err != nil {
 					return Item{}, err
 				}
 			}
-			poll.Reset(f.cfg.PollInterval)
+			check.Reset(f.wait())
+			retrying = f.unsure
 		case <-ctx.Done():
 			return Item{}, ctx.Err()
 		}
@@ -250,12 +295,13 @@ func (f *Feed) take(ctx context.Context, raw []byte) error {
 // catchUp replays everything after the last delivered seq. A gap that
 // replay cannot fill, or a new epoch, becomes a Gap, after which the
 // feed follows the broker from what it still holds. It reports whether
-// the broker answered; a broker out of reach is no error (the next poll
-// tries again).
+// the broker answered; a broker out of reach is no error (Next tries
+// again after RetryInterval).
 func (f *Feed) catchUp(ctx context.Context, why string) (answered bool, err error) {
 	for attempt := 0; ; attempt++ {
 		res, err := f.replay(ctx, f.epoch, f.next-1)
 		var we *wire.Error
+		f.unsure = err != nil && !errors.As(err, &we)
 		switch {
 		case err == nil:
 			// A replay answers a page at a time: go on until the last.
@@ -286,7 +332,7 @@ func (f *Feed) catchUp(ctx context.Context, why string) (answered bool, err erro
 		case ctx.Err() != nil:
 			return false, ctx.Err()
 		default:
-			// The broker is out of reach for now; the next poll retries.
+			// The broker is out of reach for now; Next retries.
 			f.log.Debug("replay failed; will retry", "error", err)
 			return false, nil
 		}
@@ -326,8 +372,13 @@ func (f *Feed) resubscribe(ctx context.Context) error {
 			_, err := f.catchUp(ctx, "resubscribed")
 			return err
 		}
-		if errors.Is(err, transport.ErrClosed) {
+		switch {
+		case errors.Is(err, transport.ErrClosed):
 			return ErrFeedClosed
+		case errors.Is(err, transport.ErrRefused):
+			// Asking again gets the same answer: the session's delegates
+			// are told, and the host sees why.
+			return fmt.Errorf("runtime: subscribe again: %w", err)
 		}
 		f.log.Debug("resubscribe failed; retrying", "error", err)
 		select {

@@ -3,8 +3,10 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -78,7 +80,7 @@ func newFeedEnv(t *testing.T, bcfg broker.Config, fcfg fakebus.Config, poll time
 	other, token := registerRaw(t, bus, "s2", "b")
 	// An event before the feed starts is not the feed's business.
 	pusher{other, token}.push(t, "a", -1)
-	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: poll})
+	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{CheckInterval: poll})
 	require.NoError(t, err)
 	t.Cleanup(func() { feed.Close() })
 	return &feedEnv{bus: bus, feed: feed, pusher: pusher{other, token}}
@@ -127,20 +129,25 @@ func TestFeedRecoversWhatASlowReceiverDropped(t *testing.T) {
 	assert.Positive(t, e.feed.Stats().Replayed)
 }
 
-// TestFeedFindsALostLastEventByPolling: an event lost on the bus, with
-// none after it to show the gap, is found by the first poll: on
-// synctest's clock, DefaultPollInterval after Next began to wait.
-func TestFeedFindsALostLastEventByPolling(t *testing.T) {
+// TestFeedFindsALostLastEventByItsCheck: an event lost on the bus with no
+// signal (no gap after it, no subscription ended), is found by the first
+// check: on synctest's clock, from 80 % to 120 % of DefaultCheckInterval
+// after Next began to wait.
+func TestFeedFindsALostLastEventByItsCheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFeedEnv(t, broker.Config{}, fakebus.Config{}, 0)
 		e.bus.Disconnect("s1")
 		e.pusher.push(t, "a", 7)
 		e.bus.Reconnect("s1")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
 		began := time.Now()
-		it, err := e.feed.Next(ctxT(t))
+		it, err := e.feed.Next(ctx)
 		require.NoError(t, err)
 		assert.Equal(t, "7", pushedNumber(t, it))
-		assert.Equal(t, runtime.DefaultPollInterval, time.Since(began), "found by the first poll")
+		waited := time.Since(began)
+		assert.GreaterOrEqual(t, waited, runtime.DefaultCheckInterval*4/5, "found before the first check")
+		assert.LessOrEqual(t, waited, runtime.DefaultCheckInterval*6/5, "not found by the first check")
 	})
 }
 
@@ -186,7 +193,7 @@ func TestFeedOverNATSWithATinyBuffer(t *testing.T) {
 	require.NoError(t, err)
 	sess, _ := registerRaw(t, slow, "s1", "a")
 	other, token := registerRaw(t, fast, "s2", "b")
-	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{PollInterval: time.Hour})
+	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{CheckInterval: time.Hour})
 	require.NoError(t, err)
 	defer feed.Close()
 	const n = 300
@@ -243,7 +250,7 @@ func TestFeedResubscribesWithBackoff(t *testing.T) {
 		sess, _ := registerRaw(t, bus, "s1", "a")
 		other, token := registerRaw(t, bus, "s2", "b")
 		s := &flakySubscriber{Session: sess}
-		feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{PollInterval: time.Hour})
+		feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{CheckInterval: time.Hour})
 		require.NoError(t, err)
 		t.Cleanup(func() { feed.Close() })
 
@@ -264,5 +271,49 @@ func TestFeedResubscribesWithBackoff(t *testing.T) {
 		}
 		ms := time.Millisecond
 		assert.Equal(t, []time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 2000 * ms}, waits)
+	})
+}
+
+// failing is a bus whose Publish fails while failures is positive.
+type failing struct {
+	*fakebus.Bus
+	failures atomic.Int32
+}
+
+func (b *failing) Publish(session string, msg []byte) error {
+	if b.failures.Add(-1) >= 0 {
+		return errors.New("the link is down")
+	}
+	return b.Bus.Publish(session, msg)
+}
+
+// TestFeedGetsAnEventWhosePublishFailedWithoutACheck: the broker publishes
+// again a notification whose publish failed, once the bus takes it, so a
+// waiting feed gets it without a check of its own (there is none within
+// the hour) and without a replay.
+func TestFeedGetsAnEventWhosePublishFailedWithoutACheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bus := &failing{Bus: fakebus.New(fakebus.Config{})}
+		b, err := broker.New(context.Background(), bus, broker.Config{})
+		require.NoError(t, err)
+		t.Cleanup(func() { bus.Close(); b.Close() })
+		sess, _ := registerRaw(t, bus, "s1", "a")
+		other, token := registerRaw(t, bus, "s2", "b")
+		feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{CheckInterval: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { feed.Close() })
+
+		bus.failures.Store(2) // the first publish and the first try again
+		pusher{other, token}.push(t, "a", 7)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		began := time.Now()
+		it, err := feed.Next(ctx)
+		require.NoError(t, err, "the event whose publish failed never came")
+		assert.Equal(t, "7", pushedNumber(t, it))
+		assert.Zero(t, feed.Stats().Replayed, "the event came by the bus, not by a replay")
+		// 100 ms, then 200 ms after the failed try again: the republisher's
+		// backoff, on synctest's clock.
+		assert.Equal(t, 300*time.Millisecond, time.Since(began))
 	})
 }

@@ -59,7 +59,7 @@ func (e *lostEnv) runtimeOn(t *testing.T, session string, wrap func(transport.Se
 	if wrap != nil {
 		sess = wrap(sess)
 	}
-	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: lostPoll}})
+	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: lostPoll}})
 	require.NoError(t, err)
 	e.rts[session] = rt
 	return rt

@@ -66,7 +66,7 @@ func TestSettleRacingACallLeavesNoRegistration(t *testing.T) {
 // the moment its name is registered waits for its routing instead of
 // being dropped.
 func TestEventsDuringSpawnReachTheNewDelegate(t *testing.T) {
-	rts := fakeRuntimes(t, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 20 * time.Millisecond}}, "s1", "s2")
+	rts := fakeRuntimes(t, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 20 * time.Millisecond}}, "s1", "s2")
 	asker, err := rts[0].Spawn(ctxT(t), wire.AgentCard{Name: "asker"})
 	require.NoError(t, err)
 	for i := range 100 {
@@ -161,7 +161,7 @@ func TestWaitEndsWhenThePipeBrokerIsGone(t *testing.T) {
 	defer client.Close()
 	sess, err := client.Session(ctxT(t), "s1")
 	require.NoError(t, err)
-	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{PollInterval: 50 * time.Millisecond}})
+	rt, err := runtime.New(ctxT(t), sess, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 50 * time.Millisecond}})
 	require.NoError(t, err)
 	defer rt.Close()
 	d, err := rt.Spawn(ctxT(t), wire.AgentCard{Name: "a"})

@@ -139,8 +139,8 @@ func New(ctx context.Context, sess transport.Session, cfg Config) (*Runtime, err
 	if fcfg.Logger == nil {
 		fcfg.Logger = r.log
 	}
-	if fcfg.ShouldPoll == nil {
-		fcfg.ShouldPoll = r.anyoneWaiting
+	if fcfg.ShouldCheck == nil {
+		fcfg.ShouldCheck = r.anyoneWaiting
 	}
 	feed, err := NewFeed(ctx, sess, fcfg)
 	if err != nil {

@@ -35,11 +35,12 @@ func (s *unanswering) Call(ctx context.Context, method string, params any) (json
 }
 
 // TestFeedGivesUpAReplayWhoseAnswerNeverComes: a replay that is never
-// answered is given up after ReplayTimeout, and the next poll's replay
-// brings what the feed missed: the feed, and every delegate of the
-// session behind it, is not held for good by one lost request. On
-// synctest's clock, with the default settings: the event comes a poll,
-// a replay timeout and another poll after Next began to wait.
+// answered is given up after ReplayTimeout, and the replay tried again
+// RetryInterval later brings what the feed missed: the feed, and every
+// delegate of the session behind it, is not held for good by one lost
+// request. On synctest's clock, with the default settings: the event
+// comes a check (80 % to 120 % of its interval), a replay timeout and a
+// retry after Next began to wait.
 func TestFeedGivesUpAReplayWhoseAnswerNeverComes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bus := fakebus.New(fakebus.Config{})
@@ -64,6 +65,8 @@ func TestFeedGivesUpAReplayWhoseAnswerNeverComes(t *testing.T) {
 		require.NoError(t, err, "the feed is still held by the unanswered replay")
 		assert.Equal(t, "7", pushedNumber(t, it))
 		assert.Less(t, s.replays.Load(), int32(0), "the unanswered replay was made, and given up")
-		assert.Equal(t, 2*runtime.DefaultPollInterval+runtime.DefaultReplayTimeout, time.Since(began))
+		after := time.Since(began) - runtime.DefaultReplayTimeout - runtime.DefaultRetryInterval
+		assert.GreaterOrEqual(t, after, runtime.DefaultCheckInterval*4/5, "the check, the timeout and the retry")
+		assert.LessOrEqual(t, after, runtime.DefaultCheckInterval*6/5, "the check, the timeout and the retry")
 	})
 }

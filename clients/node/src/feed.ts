@@ -3,8 +3,17 @@ import type { Logger, Notification, SessionLink, Subscription } from "./bus.js";
 import { END, TIMEOUT, sleep } from "./util.js";
 import type { ReplayResult } from "./wire.gen.js";
 
-/** How often a waiting feed asks the broker for events it may have missed. */
-export const DEFAULT_POLL_MS = 2000;
+/**
+ * About how often a waiting feed asks the broker for events it may have
+ * missed with nothing to tell it so (each wait is drawn from 80 % to 120 %
+ * of it, so that sessions do not check together). A loss the feed is told
+ * of (a seq gap, a subscription that ended or dropped events) it replays
+ * at once; the check is for what no signal shows.
+ */
+export const DEFAULT_CHECK_MS = 30_000;
+
+/** How soon a waiting feed asks again after a replay the broker did not answer. */
+export const DEFAULT_RETRY_MS = 2000;
 
 /** A break in the feed that replay could not bridge. */
 export interface Gap {
@@ -19,16 +28,19 @@ export interface Gap {
 export type FeedItem = { event: Notification; gap?: undefined } | { gap: Gap; event?: undefined };
 
 export interface FeedOptions {
-  pollMs?: number;
-  /** Asked at each poll whether anyone waits; when nobody does, the poll is skipped. */
-  shouldPoll?: () => boolean;
+  /** See DEFAULT_CHECK_MS. */
+  checkMs?: number;
+  /** See DEFAULT_RETRY_MS. */
+  retryMs?: number;
+  /** Asked at each check whether anyone waits; when nobody does, the check is skipped. */
+  shouldCheck?: () => boolean;
   logger: Logger;
 }
 
 /**
  * One session's notifications in seq order without gaps: it replays what
  * the bus lost (a seq gap, a lagging reader's drops, a lost subscription,
- * a lost last event found by polling) and says when that is not possible.
+ * a lost last event found by the check) and says when that is not possible.
  * The port of the Go runtime's Feed; one reader calls next.
  */
 export class Feed {
@@ -38,7 +50,10 @@ export class Feed {
   private nextSeq = 0;
   private lastSeq = 0; // the session's last seq, as the latest replay said
   private queue: FeedItem[] = [];
-  private readonly pollMs: number;
+  private readonly checkMs: number;
+  private readonly retryMs: number;
+  /** Set while the broker has not answered the latest replay: the next comes after retryMs. */
+  private unsure = false;
   replayed = 0;
   gaps = 0;
 
@@ -46,7 +61,8 @@ export class Feed {
     private readonly link: SessionLink,
     private readonly o: FeedOptions,
   ) {
-    this.pollMs = o.pollMs ?? DEFAULT_POLL_MS;
+    this.checkMs = o.checkMs ?? DEFAULT_CHECK_MS;
+    this.retryMs = o.retryMs ?? DEFAULT_RETRY_MS;
   }
 
   /** Subscribes and learns where the session stands: next returns only what comes after. */
@@ -76,8 +92,9 @@ export class Feed {
 
   /** The next event or gap; rejects with ClosedError once the session is closed. */
   async next(signal: AbortSignal): Promise<FeedItem> {
-    let due = Date.now() + this.pollMs;
+    let due = Date.now() + this.wait();
     while (this.queue.length === 0) {
+      if (this.unsure) due = Math.min(due, Date.now() + this.retryMs);
       const d = this.sub.queue.dropped;
       if (d !== this.dropped) {
         this.dropped = d;
@@ -90,13 +107,19 @@ export class Feed {
         continue;
       }
       if (got === TIMEOUT) {
-        if (!this.o.shouldPoll || this.o.shouldPoll()) await this.catchUp(signal, "");
-        due = Date.now() + this.pollMs;
+        if (!this.o.shouldCheck || this.o.shouldCheck()) await this.catchUp(signal, "");
+        due = Date.now() + this.wait();
         continue;
       }
       await this.take(signal, got);
     }
     return this.queue.shift()!;
+  }
+
+  /** How long next waits before it asks the broker on its own. */
+  private wait(): number {
+    if (this.unsure) return this.retryMs;
+    return this.checkMs * (0.8 + 0.4 * Math.random());
   }
 
   private async take(signal: AbortSignal, n: Notification): Promise<void> {
@@ -128,7 +151,7 @@ export class Feed {
   /**
    * Replays everything after the last delivered seq; a gap replay cannot
    * fill, or a new epoch, becomes a Gap. Reports whether the broker
-   * answered: one out of reach is no error (the next poll tries again).
+   * answered: one out of reach is no error (next tries again after retryMs).
    */
   private async catchUp(signal: AbortSignal, why: string): Promise<boolean> {
     for (let attempt = 0; ; attempt++) {
@@ -155,8 +178,10 @@ export class Feed {
         if (err instanceof ClosedError) throw err;
         if (signal.aborted) throw signal.reason;
         this.o.logger.debug(`replay failed; will retry: ${(err as Error).message}`);
+        this.unsure = true;
         return false;
       }
+      this.unsure = false;
       this.lastSeq = res.lastSeq;
       if (this.enqueue(res.events as unknown as Notification[]) > 0 && this.nextSeq <= res.lastSeq) {
         attempt = -1; // a page at a time: on to the next

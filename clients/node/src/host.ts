@@ -63,8 +63,12 @@ export interface HostOptions {
    * debugger) is made again before anything is killed.
    */
   healthTimeoutMs?: number;
-  /** How often a waiting delegate's session polls for a lost event (ms, default 2 000). */
-  pollMs?: number;
+  /**
+   * About how often a waiting delegate's session checks for an event lost
+   * with no signal (ms, default 30 000, each wait drawn from 80 % to 120 %
+   * of it); a loss it is told of it replays at once.
+   */
+  checkMs?: number;
   /** How a change whose answer was lost is tried again; what is left out (or not positive) is the default's. */
   retry?: Partial<Retry>;
   /** How many events a delegate's wait queue holds (default 4 096). */
@@ -149,7 +153,7 @@ export class Host {
     try {
       s = await Session.open(
         link,
-        { pollMs: this.o.pollMs, retry: this.o.retry, queue: this.o.queue, logger: this.o.logger ?? quiet, onEnd: (s) => this.sessions.delete(s) },
+        { checkMs: this.o.checkMs, retry: this.o.retry, queue: this.o.queue, logger: this.o.logger ?? quiet, onEnd: (s) => this.sessions.delete(s) },
         opts.signal,
       );
     } catch (err) {

@@ -20,7 +20,7 @@ export {
   type SpawnOptions,
 } from "./runtime.js";
 export { A2ABusError, UnavailableError, ClosedError, SettledError, Codes, isCode, type Code } from "./errors.js";
-export { Feed, DEFAULT_POLL_MS, type Gap, type FeedItem } from "./feed.js";
+export { Feed, DEFAULT_CHECK_MS, DEFAULT_RETRY_MS, type Gap, type FeedItem } from "./feed.js";
 export { readConnectionFile, type ConnectionInfo } from "./connfile.js";
 export { subjectToken } from "./util.js";
 export type { Logger, Notification } from "./bus.js";

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 
 import { ClosedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
-import { DEFAULT_POLL_MS, Feed, type Gap } from "./feed.js";
+import { DEFAULT_CHECK_MS, Feed, type Gap } from "./feed.js";
 import { Mutex, positive, sleep } from "./util.js";
 import type {
   AgentCard,
@@ -87,8 +87,8 @@ export const DEFAULT_RETRY: Retry = { attempts: 6, backoffMs: 200, maxBackoffMs:
 export const DEFAULT_QUEUE = 4096;
 
 export interface SessionOptions {
-  /** How often a waiting feed polls for a lost event (ms). */
-  pollMs?: number;
+  /** About how often a waiting feed checks for an event lost with no signal (ms). */
+  checkMs?: number;
   queue?: number;
   retry?: Partial<Retry>;
   logger: Logger;
@@ -159,7 +159,7 @@ export class Session {
   /** @internal */
   waiting = 0;
   /** @internal */
-  readonly opts: { queue: number; retry: Retry; logger: Logger; pollMs: number; onEnd?: (s: Session) => void };
+  readonly opts: { queue: number; retry: Retry; logger: Logger; checkMs: number; onEnd?: (s: Session) => void };
 
   private constructor(
     /** @internal */ readonly link: SessionLink,
@@ -174,7 +174,7 @@ export class Session {
         maxBackoffMs: positive(r.maxBackoffMs, DEFAULT_RETRY.maxBackoffMs),
       },
       logger: o.logger,
-      pollMs: positive(o.pollMs, DEFAULT_POLL_MS),
+      checkMs: positive(o.checkMs, DEFAULT_CHECK_MS),
       onEnd: o.onEnd,
     };
   }
@@ -182,7 +182,7 @@ export class Session {
   /** @internal */
   static async open(link: SessionLink, o: SessionOptions, signal?: AbortSignal): Promise<Session> {
     const s = new Session(link, o);
-    s.feed = await Feed.open(link, { pollMs: s.opts.pollMs, shouldPoll: () => s.waiting > 0, logger: o.logger }, signal);
+    s.feed = await Feed.open(link, { checkMs: s.opts.checkMs, shouldCheck: () => s.waiting > 0, logger: o.logger }, signal);
     s.pumped = s.pump();
     return s;
   }

@@ -49,7 +49,7 @@ for (const bus of BUSES) {
   });
 
   test(`TestFeedFillsAGapByReplay [${bus}]`, async (t) => {
-    const host = await openHost(t, bus, { pollMs: 60_000 }); // no polling: the gap alone must tell
+    const host = await openHost(t, bus, { checkMs: 60_000 }); // no check within the test: the gap alone must tell
     const plan = { recipient: "asker", drop: 0, lost: [] };
     losing(host, plan);
     const { asker, worker, task } = await askerAndWorker(host);
@@ -156,7 +156,7 @@ test("TestAHostRejoinsARestartedSidecar [nats]", async (t) => {
     });
   let broker = await sidecar();
   t.after(() => broker.kill("SIGKILL"));
-  const host = await Host.open({ bus: "nats", connectionFile: path, pollMs: 200, callTimeoutMs: 10_000 });
+  const host = await Host.open({ bus: "nats", connectionFile: path, checkMs: 200, callTimeoutMs: 10_000 });
   t.after(() => host.close());
   assert.equal(host.brokerPid, broker.pid);
   const { asker, worker, task } = await askerAndWorker(host);

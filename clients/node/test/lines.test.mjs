@@ -57,7 +57,7 @@ for (const [mode, name] of [
     const peak = peakRss(t);
     const said = [];
     const logger = { debug() {}, info() {}, warn: (m) => said.push(m), error: (m) => said.push(m) };
-    const host = await Host.open({ bus: "pipe", binary: fakeOnce(t, mode), dataDir: "", pollMs: 200, callTimeoutMs: 10_000, healthTimeoutMs: 1000, logger });
+    const host = await Host.open({ bus: "pipe", binary: fakeOnce(t, mode), dataDir: "", checkMs: 200, callTimeoutMs: 10_000, healthTimeoutMs: 1000, logger });
     t.after(() => host.close());
     const fake = host.brokerPid;
     const t0 = Date.now();

@@ -115,7 +115,7 @@ test("TestAStalledJoinedBrokerIsRejoined [nats]", { timeout: 60_000 }, async (t)
   let broker = await sidecar(path, data);
   t.after(() => broker.kill("SIGKILL"));
   const log = recorder();
-  const host = await Host.open({ bus: "nats", connectionFile: path, pollMs: 200, callTimeoutMs: 4000, healthTimeoutMs: 1000, logger: log.logger });
+  const host = await Host.open({ bus: "nats", connectionFile: path, checkMs: 200, callTimeoutMs: 4000, healthTimeoutMs: 1000, logger: log.logger });
   t.after(() => host.close());
   const { asker, worker, task } = await askerAndWorker(host);
   const waiting = untilFinal(asker, task.id, 60_000);
@@ -245,7 +245,7 @@ test("Test15sStalls", { concurrency: true, timeout: 120_000 }, async (t) => {
     const path = join(dir, "run", "connection.json");
     const broker = await sidecar(path, join(dir, "data"));
     t.after(() => broker.kill("SIGKILL"));
-    const host = await Host.open({ bus: "nats", connectionFile: path, pollMs: 200, callTimeoutMs: 10_000 });
+    const host = await Host.open({ bus: "nats", connectionFile: path, checkMs: 200, callTimeoutMs: 10_000 });
     t.after(() => host.close());
     const { asker, worker, task } = await askerAndWorker(host);
     const waiting = untilFinal(asker, task.id, 60_000);

@@ -10,7 +10,7 @@ import { BUSES, next, openHost, tempDir, text, checkLeaks, intercept, askerAndWo
 
 checkLeaks();
 
-const POLL_MS = 200;
+const CHECK_MS = 200;
 
 /** Kills the host's broker; resolves with the time its successor started. */
 async function killBroker(host) {
@@ -35,7 +35,7 @@ async function nextResync(d, ms = 15_000) {
 
 for (const bus of BUSES) {
   test(`TestAWaitingDelegateIsToldItsTaskWasLost [${bus}]`, async (t) => {
-    const host = await openHost(t, bus, { dataDir: "", pollMs: POLL_MS });
+    const host = await openHost(t, bus, { dataDir: "", checkMs: CHECK_MS });
     const { asker, worker, task } = await askerAndWorker(host);
     // A task that ended before the restart: gone too, but no lost work.
     const ended = await asker.send("worker", text("quick"));
@@ -56,7 +56,7 @@ for (const bus of BUSES) {
       assert.deepEqual(ev.resync.lost, [task.id], `the ${who} is told its open task was lost, and only it`);
       assert.deepEqual(ev.resync.changed, [], `the ${who}'s broker has no task left`);
       // The broker takes a moment to start; then a few poll intervals at most.
-      assert.ok(at - back < 1500 + 5 * POLL_MS, `the ${who} heard ${at - back} ms after the broker came back`);
+      assert.ok(at - back < 1500 + 5 * CHECK_MS, `the ${who} heard ${at - back} ms after the broker came back`);
     }
     await assert.rejects(asker.get(task.id), (err) => isCode(err, "A2A_UNKNOWN_TASK"));
     // What the delegates keep of their tasks is bounded by what the broker
@@ -83,7 +83,7 @@ for (const bus of BUSES) {
     // A durable broker restarts: its tasks are back. The asker's task list
     // misses the open task (a paging quirk, injected): the get that
     // confirms each candidate finds it, and it is not lost.
-    const host = await openHost(t, bus, { dataDir: tempDir(t), pollMs: POLL_MS });
+    const host = await openHost(t, bus, { dataDir: tempDir(t), checkMs: CHECK_MS });
     const quirk = { hide: undefined, hidden: 0 };
     intercept(host, (id) =>
       id !== "s1"

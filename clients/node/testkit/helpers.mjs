@@ -46,7 +46,7 @@ export async function openHost(t, bus, opts = {}) {
     binary: binary(),
     connectionFile: bus === "nats" ? join(dir, "run", "connection.json") : undefined,
     dataDir: "",
-    pollMs: 200,
+    checkMs: 200,
     callTimeoutMs: 10_000,
     ...opts,
   });
