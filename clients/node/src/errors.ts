@@ -67,6 +67,15 @@ export class ClosedError extends Error {
   override name = "ClosedError";
 }
 
+/**
+ * The NATS server refused the session's subscription to its events (a
+ * credential for another session, or an operator's permissions or cap on
+ * an external server): asking again gets the same answer.
+ */
+export class RefusedError extends Error {
+  override name = "RefusedError";
+}
+
 /** The delegate has settled (deregistered): its handle no longer acts. */
 export class SettledError extends Error {
   override name = "SettledError";

@@ -1,4 +1,4 @@
-import { A2ABusError, ClosedError, isCode } from "./errors.js";
+import { A2ABusError, ClosedError, RefusedError, isCode } from "./errors.js";
 import type { Logger, Notification, SessionLink, Subscription } from "./bus.js";
 import { END, TIMEOUT, sleep } from "./util.js";
 import type { ReplayResult } from "./wire.gen.js";
@@ -218,7 +218,7 @@ export class Feed {
         await this.catchUp(signal, "resubscribed");
         return;
       } catch (err) {
-        if (err instanceof ClosedError) throw err;
+        if (err instanceof ClosedError || err instanceof RefusedError) throw err;
         if (signal.aborted) throw signal.reason;
         this.o.logger.debug(`resubscribe failed; retrying: ${(err as Error).message}`);
         await sleep(backoff, signal);

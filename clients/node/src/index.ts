@@ -19,7 +19,7 @@ export {
   type ListOptions,
   type SpawnOptions,
 } from "./runtime.js";
-export { A2ABusError, UnavailableError, ClosedError, SettledError, Codes, isCode, type Code } from "./errors.js";
+export { A2ABusError, UnavailableError, ClosedError, RefusedError, SettledError, Codes, isCode, type Code } from "./errors.js";
 export { Feed, DEFAULT_CHECK_MS, DEFAULT_RETRY_MS, type Gap, type FeedItem } from "./feed.js";
 export { readConnectionFile, type ConnectionInfo } from "./connfile.js";
 export { subjectToken } from "./util.js";

@@ -4,7 +4,7 @@ import { isAbsolute } from "node:path";
 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 
-import { A2ABusError, ClosedError, UnavailableError, tooLarge } from "./errors.js";
+import { A2ABusError, ClosedError, RefusedError, UnavailableError, tooLarge } from "./errors.js";
 import { readConnectionFile, type ConnectionInfo } from "./connfile.js";
 import {
   SUBSCRIPTION_QUEUE,
@@ -452,6 +452,18 @@ class NatsSession implements SessionLink {
         q.end();
       }
     })();
+    // The server answers a subscription it refuses before the PONG of the
+    // next PING, and nats.js closes it then: refused is an error here,
+    // not a subscription that never brings anything.
+    try {
+      await nc.flush();
+    } catch {
+      // The connection went: the queue ends, and the feed subscribes again.
+    }
+    if (sub.isClosed() && !nc.isClosed()) {
+      q.end();
+      throw new RefusedError(`the server refused session ${this.id}'s subscription to its events`);
+    }
     const handle: Subscription = {
       queue: q,
       close: () => {

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 
-import { ClosedError, SettledError, UnavailableError, isCode } from "./errors.js";
+import { ClosedError, RefusedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
 import { DEFAULT_CHECK_MS, Feed, type Gap } from "./feed.js";
 import { Mutex, positive, sleep } from "./util.js";
@@ -206,8 +206,9 @@ export class Session {
         item = await this.feed.next(signal);
       } catch (err) {
         if (!signal.aborted) {
-          this.opts.logger.debug(`the session's feed ended: ${(err as Error).message}`);
-          for (const d of this.live) d.fail(err instanceof ClosedError ? err : new ClosedError(String(err)));
+          if (err instanceof ClosedError) this.opts.logger.debug(`the session's feed ended: ${err.message}`);
+          else this.opts.logger.warn(`the session's feed ended: ${(err as Error).message}`);
+          for (const d of this.live) d.fail(err instanceof ClosedError || err instanceof RefusedError ? err : new ClosedError(String(err)));
         }
         return;
       }
