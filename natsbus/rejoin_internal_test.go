@@ -373,14 +373,14 @@ func TestOneStalledSessionDoesNotCutItsClientsConnection(t *testing.T) {
 // subscription gets no more, and one that subscribes again does.
 func TestManySessionsOnOneHostConnection(t *testing.T) {
 	if testing.Short() {
-		t.Skip("5,000 sessions")
+		t.Skip("10,000 sessions")
 	}
 	b, err := New(Config{CloseGrace: 50 * time.Millisecond})
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	c, err := b.Connect(ClientConfig{Buffer: 4})
 	require.NoError(t, err)
-	const n = 5000
+	const n = 10000
 	subs := make([]transport.Subscription, n)
 	for i := range subs {
 		s, err := c.Session(testCtx(t), fmt.Sprint("chat-", i))
