@@ -17,8 +17,8 @@ func (r *runner) chart() string {
 	}
 	var bars []bar
 	for _, res := range r.results {
-		if res.Met == nil {
-			continue
+		if res.Met == nil || res.Ratio == 0 {
+			continue // no target, or a target on a figure, not a ratio
 		}
 		bars = append(bars, bar{label: res.Bus + ": " + res.Case, target: res.Target, ratio: res.Ratio, goal: res.Goal, met: *res.Met})
 	}

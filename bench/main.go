@@ -6,6 +6,7 @@
 //	go run ./bench --quick         # under a minute on 2 cores
 //	go run ./bench --format json   # JSON on stdout as well
 //	go run ./bench --only stores   # one section (written to --out as well)
+//	go run ./bench --only idle     # idle CPU and memory per session of serve
 //
 // The node section runs the Node host package's benchmark
 // (clients/node/bench) when node is on PATH and the package is built.
@@ -51,7 +52,7 @@ type Result struct {
 func main() {
 	quick := flag.Bool("quick", false, "short runs and fewer points: under a minute on 2 cores")
 	format := flag.String("format", "markdown", "markdown, or json: also print one JSON object per case on stdout")
-	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, startup, node")
+	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, startup, idle, node")
 	out := flag.String("out", filepath.Join("docs", "bench"), "the folder the results are written to")
 	flag.Parse()
 	if *format != "markdown" && *format != "json" {
@@ -182,6 +183,7 @@ func (r *runner) all() error {
 		{"agents", func() error { r.agentsList(); return nil }},
 		{"stores", func() error { r.stores(); return nil }},
 		{"startup", r.serveStartup},
+		{"idle", r.idle},
 		{"node", r.nodeHost},
 	}
 	for _, sec := range sections {
@@ -413,7 +415,7 @@ func (r *runner) markdown() string {
 	s += "| --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- |\n"
 	for _, res := range r.results {
 		figs := ""
-		for _, k := range []string{"events/s", "tasks/s", "pushes/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "MB/s", "bytes"} {
+		for _, k := range []string{"events/s", "tasks/s", "pushes/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "cpu-%", "broker-cpu-%", "host-cpu-%", "rss-MiB", "KiB/session", "MB/s", "bytes"} {
 			if v, ok := res.Metrics[k]; ok {
 				figs += fmt.Sprintf("%s %s; ", k, human(v))
 			}
