@@ -45,6 +45,10 @@ func SetLinger(d time.Duration) (undo func()) {
 // many of those waits ran out.
 func Lingers(s *Store) (waits, runOut int64) { return s.lingers.Load(), s.lingersRunOut.Load() }
 
+// SyncRecords is how many log records the syncer has written to sync
+// the log: none for a change Pebble syncs as it applies it.
+func SyncRecords(s *Store) int64 { return s.syncRecords.Load() }
+
 // LingerFor is the syncer's longest wait after a sync that took d.
 func LingerFor(d time.Duration) time.Duration { return lingerFor(d) }
 

@@ -237,6 +237,12 @@ type Store struct {
 
 	// The syncer's waits for company, and those that ran out (tests).
 	lingers, lingersRunOut atomic.Int64
+	// mayLinger is set by the syncer while its next sync may wait for
+	// company: the committer then leaves the sync of what it applies to
+	// the syncer, and asks Pebble for it at once otherwise.
+	mayLinger atomic.Bool
+	// The log records the syncer wrote to sync the log (tests).
+	syncRecords atomic.Int64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -631,10 +637,18 @@ func (l logger) Fatalf(format string, args ...any) {
 // commit runs the changes, in two stages that overlap. The committer
 // applies each batch of queued changes at once, without waiting for the
 // disk (Pebble makes a change visible before its log sync in any case);
-// the syncer then syncs the log once for every batch applied meanwhile,
-// and only then answers their senders. So while one fdatasync runs, the
-// next batches are built and applied, and a lone change waits for
-// nothing but its own sync.
+// the syncer then waits for a sync of the log that follows every batch
+// applied meanwhile, and only then answers their senders. So while one
+// fdatasync runs, the next batches are built and applied, and a lone
+// change waits for nothing but its own sync.
+//
+// The committer asks Pebble to sync the log as it applies a batch
+// (Pebble's log writer then writes and syncs it at once, a sync for
+// every batch written while the one before ran), unless the syncer may
+// wait for company before its next sync: then the batch is applied
+// without a sync, and the syncer syncs the log with a record of its own
+// once it has waited (syncLog). A batch that writes nothing (updates
+// refused, or tried again) asks for no sync: the syncer syncs for it.
 func (s *Store) commit() {
 	defer close(s.applied)
 	batch := make([]*op, 0, s.max)
@@ -680,7 +694,8 @@ func (s *Store) commit() {
 		}
 		g := &group{ops: make([]*op, 0, len(batch)), results: make([]error, 0, len(batch))}
 		var changed []*op // updates of tasks changed since they were read
-		t := &tx{Batch: s.db.Load().NewIndexedBatch(), counts: s.counts, pending: map[string]uint64{}, maxID: s.maxID}
+		db := s.db.Load()
+		t := &tx{Batch: db.NewIndexedBatch(), counts: s.counts, pending: map[string]uint64{}, maxID: s.maxID}
 		for _, o := range batch {
 			if err := o.fn(t); errors.Is(err, errChanged) {
 				changed = append(changed, o)
@@ -688,17 +703,31 @@ func (s *Store) commit() {
 				g.ops, g.results = append(g.ops, o), append(g.results, err)
 			}
 		}
+		synced := !t.Empty() && !s.mayLinger.Load()
+		g.applied = time.Now()
 		s.wmu.Lock()
 		err = s.failed()
 		if err == nil {
-			if err = fatalAsError(func() error { return t.Commit(pebble.NoSync) }); err != nil {
+			if err = fatalAsError(func() error {
+				if synced {
+					return db.ApplyNoSyncWait(t.Batch, pebble.Sync)
+				}
+				return t.Commit(pebble.NoSync)
+			}); err != nil {
 				// Not applied, or not known to be: the store stops
 				// here until it is reopened from its log.
 				err = s.fail(fmt.Errorf("commit: %w", err))
 			}
 		}
 		s.wmu.Unlock()
-		t.Close()
+		switch {
+		case synced && err == nil:
+			g.synced = t.Batch // the syncer's, to wait for and close
+		case synced:
+			// Pebble's now, maybe: not closed.
+		default:
+			t.Close()
+		}
 		// Raised even if the commit failed: a bound too high only costs
 		// a lookup.
 		s.maxID = t.maxID
@@ -734,6 +763,11 @@ func (s *Store) commit() {
 type group struct {
 	ops     []*op
 	results []error
+	// synced is the batch, applied with a sync of the log that Pebble
+	// runs (ApplyNoSyncWait), at applied; nil when the syncer is to sync
+	// for it.
+	synced  *pebble.Batch
+	applied time.Time
 	barrier chan struct{}
 }
 
@@ -751,8 +785,10 @@ var lingerFor = func(lastSync time.Duration) time.Duration { return min(2*lastSy
 const maxLingerSkip = 64
 
 // sync syncs the log for the groups applied, as many at once as are
-// waiting, and answers their senders. A failed sync leaves it unknown
-// what reached the disk: the store fails every change from then on.
+// waiting, and answers their senders: it waits for the sync that Pebble
+// runs for the last of them, or, if that one asked for none, syncs the
+// log itself. A failed sync leaves it unknown what reached the disk:
+// the store fails every change from then on.
 //
 // Under load, the changes that arrive while one sync runs wait for the
 // next, and senders that each wait for their change split into cohorts
@@ -793,6 +829,9 @@ func (s *Store) sync() {
 		}
 		switch {
 		case !open || last < lingerMin || n >= last || s.failed() != nil:
+		case lastSynced(groups) != nil:
+			// Pebble syncs these already: a wait would hold their
+			// answers, and bring no change into that sync.
 		case skip > 0:
 			skip--
 		default:
@@ -827,11 +866,17 @@ func (s *Store) sync() {
 		err := s.failed()
 		if err == nil && n > 0 {
 			start := time.Now()
-			if err = s.syncLog(); err == nil {
+			if g := lastSynced(groups); g != nil {
+				start = g.applied // Pebble's sync was asked for then
+			}
+			if err = s.syncGroups(groups); err == nil {
 				took = time.Since(start)
 			}
 		}
 		last = n
+		// Before the answers: the senders answered come back to a
+		// committer that knows whether this syncer may wait for them.
+		s.mayLinger.Store(err == nil && last >= lingerMin && skip == 0)
 		for _, g := range groups {
 			for i, o := range g.ops {
 				if err != nil {
@@ -845,6 +890,45 @@ func (s *Store) sync() {
 			}
 		}
 	}
+}
+
+// lastSynced returns the last group with changes among groups if it
+// was applied with a sync that Pebble runs, else nil.
+func lastSynced(groups []*group) *group {
+	for _, g := range slices.Backward(groups) {
+		if len(g.ops) > 0 {
+			if g.synced == nil {
+				return nil
+			}
+			return g
+		}
+	}
+	return nil
+}
+
+// syncGroups makes the groups applied durable: the sync Pebble runs for
+// the last of them syncs every one before it too (a sync covers the
+// whole log written before it), else the syncer syncs the log. The
+// syncs Pebble runs for the others are over by then; each batch is
+// closed once its own is. After a failure, the batches are left to
+// Pebble, unclosed: a sync may wait for room on a full disk.
+func (s *Store) syncGroups(groups []*group) error {
+	var err error
+	if lastSynced(groups) == nil {
+		err = s.syncLog()
+	}
+	for _, g := range groups {
+		b := g.synced
+		if b == nil || err != nil {
+			continue // a batch not waited for is Pebble's still: not closed
+		}
+		if err = b.SyncWait(); err != nil {
+			err = s.fail(fmt.Errorf("sync: %w", err))
+			continue
+		}
+		b.Close()
+	}
+	return err
 }
 
 // syncMark is the log record whose sync makes the batches before it
@@ -865,6 +949,7 @@ func (s *Store) syncLog() error {
 	db := s.db.Load()
 	b := db.NewBatch()
 	_ = b.LogData(syncMark, nil) // into memory: it fails only on a closed batch
+	s.syncRecords.Add(1)
 	err := fatalAsError(func() error { return db.ApplyNoSyncWait(b, pebble.Sync) })
 	s.wmu.Unlock()
 	if err != nil {

@@ -352,6 +352,30 @@ func TestAChangeIsAcknowledgedAfterItsLogSync(t *testing.T) {
 	assert.Equal(t, "t1", got.Task.ID)
 }
 
+// TestALoneChangeIsSyncedAsItIsApplied: a change made alone asks
+// Pebble for its log sync as it is applied, and is answered once that
+// sync is done (TestAChangeIsAcknowledgedAfterItsLogSync): the syncer
+// writes no record of its own to sync the log. An update that writes
+// nothing asks for no sync: for it the syncer writes one.
+func TestALoneChangeIsSyncedAsItIsApplied(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 3 {
+		require.NoError(t, s.Create(ctx, storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+	}
+	_, err := s.Update(ctx, "t0", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateWorking
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Zero(t, pebblestore.SyncRecords(s), "a lone change was synced with a record of the syncer's")
+	refused := errors.New("refused")
+	_, err = s.Update(ctx, "t0", func(*store.Record) error { return refused })
+	require.ErrorIs(t, err, refused)
+	assert.Equal(t, int64(1), pebblestore.SyncRecords(s), "a refused update is answered once what it read is synced")
+}
+
 // TestARefusedUpdateWaitsForTheChangeItSaw: an update whose fn refuses
 // the task as it finds it (a retry that finds its change applied, say)
 // is not answered while the change it saw waits for its log sync: the
