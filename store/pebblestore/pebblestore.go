@@ -229,6 +229,8 @@ type Store struct {
 	abandoned chan struct{}  // closed when Close gives up waiting for the disk
 	shut      chan struct{}  // closed once the database is closed and the lock let go
 
+	decoded decodedCache // the tasks last read, decoded (decoded.go)
+
 	cmu    sync.Mutex        // guards counts, which the committer changes
 	counts map[string]uint64 // open tasks per requester's session, as on disk
 	maxID  string            // the greatest task id stored; the committer's
@@ -1331,7 +1333,18 @@ func (s *Store) Get(_ context.Context, id string) (*store.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return getRecord(db, id)
+	data, err := get(db, key(pTask, id))
+	if err != nil {
+		return nil, err
+	}
+	if data == nil {
+		return nil, store.ErrNotFound
+	}
+	rec, err := s.decode(id, data)
+	if err != nil {
+		return nil, err
+	}
+	return rec.Clone(), nil
 }
 
 // FindSend implements store.Store.
@@ -1389,7 +1402,7 @@ func (s *Store) update(ctx context.Context, id string, fn func(*store.Record) er
 	var failed error // fn's
 	var enc []byte   // what to write; nil for nothing
 	if data != nil {
-		if old, err = decodeRecord(id, data); err != nil {
+		if old, err = s.decode(id, data); err != nil { // shared: read only
 			return nil, err
 		}
 		rec = old.Clone()

@@ -376,6 +376,42 @@ func TestALoneChangeIsSyncedAsItIsApplied(t *testing.T) {
 	assert.Equal(t, int64(1), pebblestore.SyncRecords(s), "a refused update is answered once what it read is synced")
 }
 
+// TestAReadIsNeverOfOlderBytes: the store keeps the tasks it last read,
+// decoded, for the update that follows a read; a read or an update
+// after a change sees the change, for more tasks than are kept, and a
+// record handed out is the caller's to change.
+func TestAReadIsNeverOfOlderBytes(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	ctx := context.Background()
+	const n = 100
+	for i := range n {
+		require.NoError(t, s.Create(ctx, storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+	}
+	for round, state := range []wire.State{wire.StateWorking, wire.StateInputRequired, wire.StateCompleted} {
+		for i := range n {
+			id := fmt.Sprint("t", i)
+			got, err := s.Get(ctx, id)
+			require.NoError(t, err)
+			got.Task.Status.State = wire.StateFailed // the caller's
+			*got.Task.History[0].Parts[0].Text = "changed by the reader"
+			updated, err := s.Update(ctx, id, func(r *store.Record) error {
+				require.Equal(t, fmt.Sprint("hello ", id), *r.Task.History[0].Parts[0].Text, "round %d", round)
+				require.NotEqual(t, state, r.Task.Status.State, "round %d", round)
+				r.Task.Status.State = state
+				return nil
+			})
+			require.NoError(t, err)
+			updated.Task.Status.State = wire.StateFailed // the caller's
+		}
+		for i := range n {
+			got, err := s.Get(ctx, fmt.Sprint("t", i))
+			require.NoError(t, err)
+			assert.Equal(t, state, got.Task.Status.State)
+		}
+	}
+}
+
 // TestARefusedUpdateWaitsForTheChangeItSaw: an update whose fn refuses
 // the task as it finds it (a retry that finds its change applied, say)
 // is not answered while the change it saw waits for its log sync: the
