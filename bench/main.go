@@ -52,7 +52,7 @@ type Result struct {
 func main() {
 	quick := flag.Bool("quick", false, "short runs and fewer points: under a minute on 2 cores")
 	format := flag.String("format", "markdown", "markdown, or json: also print one JSON object per case on stdout")
-	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, startup, idle, node")
+	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, durable, startup, idle, node")
 	out := flag.String("out", filepath.Join("docs", "bench"), "the folder the results are written to")
 	flag.Parse()
 	if *format != "markdown" && *format != "json" {
@@ -182,6 +182,7 @@ func (r *runner) all() error {
 		{"sessions", func() error { r.sessionScaling(); return nil }},
 		{"agents", func() error { r.agentsList(); return nil }},
 		{"stores", func() error { r.stores(); return nil }},
+		{"durable", func() error { r.durableFloor(); return nil }},
 		{"startup", r.serveStartup},
 		{"idle", r.idle},
 		{"node", r.nodeHost},
