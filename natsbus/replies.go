@@ -13,22 +13,38 @@ import (
 // single subscription: reply subjects are _INBOX.<T>.<id>.<n>, <id> being
 // the client's and <n> the request's. A session credential's client
 // reads its own session's inbox, the host's every session's.
+//
+// The subscription delivers into a channel that the callers waiting for
+// a reply read themselves: nats.go's reader hands a reply straight to a
+// waiting caller, with no goroutine in between. A caller that reads
+// another's reply passes it on to that caller's own channel; one that
+// reads a reply nobody waits for any more drops it. Every waiting caller
+// reads the channel, so a reply never waits there while its caller does.
 type replyMux struct {
-	id  string
-	sub *nats.Subscription
+	id      string
+	sub     *nats.Subscription
+	replies chan *nats.Msg
 
 	mu      sync.Mutex
 	next    uint64
 	waiting map[string]chan *nats.Msg
 }
 
+// replyBuffer is how many replies wait in the mux's channel before
+// nats.go drops one (a slow consumer). A reply waits there only while
+// its caller is not parked on the channel (it is passing on another's
+// reply, or it is gone); those of calls given up wait for the next
+// caller, which drops them.
+const replyBuffer = 4096
+
 func newReplyMux(nc *nats.Conn, session string) (*replyMux, error) {
-	m := &replyMux{id: nats.NewInbox()[len(nats.InboxPrefix):], waiting: map[string]chan *nats.Msg{}}
+	m := &replyMux{id: nats.NewInbox()[len(nats.InboxPrefix):], waiting: map[string]chan *nats.Msg{},
+		replies: make(chan *nats.Msg, replyBuffer)}
 	inbox := InboxPrefix + "*"
 	if session != "" {
 		inbox = SessionInbox(session)
 	}
-	sub, err := nc.Subscribe(inbox+"."+m.id+".*", m.deliver)
+	sub, err := nc.ChanSubscribe(inbox+"."+m.id+".*", m.replies)
 	if err != nil {
 		return nil, err
 	}
@@ -36,14 +52,14 @@ func newReplyMux(nc *nats.Conn, session string) (*replyMux, error) {
 	return m, nil
 }
 
-func (m *replyMux) deliver(msg *nats.Msg) {
+// claim returns the channel of the caller waiting for msg, and forgets
+// it: nil when no caller waits for it (any more).
+func (m *replyMux) claim(msg *nats.Msg) chan *nats.Msg {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	ch := m.waiting[msg.Subject]
 	delete(m.waiting, msg.Subject)
-	m.mu.Unlock()
-	if ch != nil {
-		ch <- msg // buffered: never blocks
-	}
+	return ch
 }
 
 // errRequestEnded: the request's scope or link ended before its reply.
@@ -68,19 +84,29 @@ func (m *replyMux) request(ctx, scope, link context.Context, nc *nats.Conn, subj
 	if err := nc.PublishRequest(subject, reply, data); err != nil {
 		return nil, err
 	}
-	select {
-	case msg := <-ch:
+	for {
+		var msg *nats.Msg
+		select {
+		case msg = <-ch:
+		case msg = <-m.replies:
+			if msg.Subject != reply {
+				if to := m.claim(msg); to != nil {
+					to <- msg // buffered, and claimed once: never blocks
+				}
+				continue
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-scope.Done():
+			return nil, errRequestEnded
+		case <-link.Done():
+			return nil, errRequestEnded
+		}
 		// The server answers for a subject nobody serves with an empty
 		// status message, as nats.go's own requests see it.
 		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
 			return nil, nats.ErrNoResponders
 		}
 		return msg, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-scope.Done():
-		return nil, errRequestEnded
-	case <-link.Done():
-		return nil, errRequestEnded
 	}
 }
