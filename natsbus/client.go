@@ -603,7 +603,7 @@ func (c *Client) Session(ctx context.Context, id string) (transport.Session, err
 	if c.closed {
 		return nil, transport.ErrClosed
 	}
-	s := &session{c: c, id: id, rpc: RPCSubject(id), events: EventsSubject(id)}
+	s := &session{c: c, id: id, rpc: RPCSubject(id), events: EventsSubject(id), inbox: SessionInbox(id)}
 	s.ctx, s.cancel = context.WithCancel(c.ctx)
 	c.sessions[s] = struct{}{}
 	return s, nil
@@ -611,17 +611,39 @@ func (c *Client) Session(ctx context.Context, id string) (transport.Session, err
 
 // CallHost implements transport.HostCaller.
 func (c *Client) CallHost(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	return c.request(ctx, c.ctx, HostRPC, "", method, params)
+	inbox := "" // nats.go's own
+	if c.cfg.Session != "" {
+		inbox = SessionInbox(c.cfg.Session)
+	}
+	return c.request(ctx, c.ctx, HostRPC, inbox, method, params)
 }
 
-func (c *Client) request(ctx, scope context.Context, subject, session, method string, params any) (json.RawMessage, error) {
+// requestBuffers keeps the buffers requests are encoded into: nats.go
+// copies a request as it sends it, and the buffer serves the next one.
+var requestBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+// maxKeptRequestBuffer bounds the buffers kept for the next request: one
+// grown by a large request goes.
+const maxKeptRequestBuffer = 64 << 10
+
+// request sends one request on subject and waits for its reply, which
+// comes in inbox (a session's: see roundTrip), or in nats.go's own when
+// inbox is "".
+func (c *Client) request(ctx, scope context.Context, subject, inbox, method string, params any) (json.RawMessage, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if scope.Err() != nil {
 		return nil, transport.ErrClosed
 	}
-	req, err := wire.EncodeRequest(1, method, params)
+	buf := requestBuffers.Get().(*[]byte)
+	req, err := wire.AppendRequest((*buf)[:0], 1, method, params)
+	defer func() {
+		if cap(req) <= maxKeptRequestBuffer {
+			*buf = req[:0]
+			requestBuffers.Put(buf)
+		}
+	}()
 	if err != nil {
 		return nil, err
 	}
@@ -634,7 +656,7 @@ func (c *Client) request(ctx, scope context.Context, subject, session, method st
 	if err != nil {
 		return nil, err
 	}
-	msg, err := c.roundTrip(ctx, scope, link, subject, session, req)
+	msg, err := c.roundTrip(ctx, scope, link, subject, inbox, req)
 	switch {
 	case err == nil:
 		return wire.DecodeResult(msg.Data)
@@ -659,15 +681,13 @@ func (c *Client) request(ctx, scope context.Context, subject, session, method st
 // roundTrip sends one request and waits for its reply, until ctx, scope
 // or link ends. The broker answers a session's request only in that
 // session's inbox (_INBOX.<T>.): a session credential's connection may
-// read only there; a client that may act for any session (the host's)
-// reads every session's replies to its own requests through one
-// wildcard subscription. A request of the host's own goes through
-// nats.go's request, in an inbox no session can read.
-func (c *Client) roundTrip(ctx, scope, link context.Context, subject, session string, data []byte) (*nats.Msg, error) {
-	if c.cfg.Session != "" {
-		session = c.cfg.Session
-	}
-	if session == "" {
+// read only there, all its requests' replies come there; a client that
+// may act for any session (the host's) reads every session's replies to
+// its own requests through one wildcard subscription. A request of the
+// host's own (inbox "") goes through nats.go's request, in an inbox no
+// session can read.
+func (c *Client) roundTrip(ctx, scope, link context.Context, subject, inbox string, data []byte) (*nats.Msg, error) {
+	if inbox == "" {
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		stop := context.AfterFunc(scope, cancel)
@@ -680,7 +700,7 @@ func (c *Client) roundTrip(ctx, scope, link context.Context, subject, session st
 	if err != nil {
 		return nil, err
 	}
-	return replies.request(ctx, scope, link, c.nc, subject, SessionInbox(session), data)
+	return replies.request(ctx, scope, link, c.nc, subject, inbox, data)
 }
 
 func (c *Client) replyMux() (*replyMux, error) {
@@ -720,6 +740,7 @@ type session struct {
 	c           *Client
 	id          string
 	rpc, events string
+	inbox       string // its replies' (SessionInbox)
 	ctx         context.Context
 	cancel      context.CancelFunc
 
@@ -730,7 +751,7 @@ type session struct {
 func (s *session) ID() string { return s.id }
 
 func (s *session) Call(ctx context.Context, method string, params any) (json.RawMessage, error) {
-	return s.c.request(ctx, s.ctx, s.rpc, s.id, method, params)
+	return s.c.request(ctx, s.ctx, s.rpc, s.inbox, method, params)
 }
 
 func (s *session) Subscribe(ctx context.Context) (transport.Subscription, error) {

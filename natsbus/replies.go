@@ -71,9 +71,11 @@ var errRequestEnded = errors.New("natsbus: the request ended")
 // own.
 func (m *replyMux) request(ctx, scope, link context.Context, nc *nats.Conn, subject, inbox string, data []byte) (*nats.Msg, error) {
 	ch := make(chan *nats.Msg, 1)
+	var name [128]byte
+	subj := append(append(append(append(name[:0], inbox...), '.'), m.id...), '.')
 	m.mu.Lock()
 	m.next++
-	reply := inbox + "." + m.id + "." + strconv.FormatUint(m.next, 36)
+	reply := string(strconv.AppendUint(subj, m.next, 36))
 	m.waiting[reply] = ch
 	m.mu.Unlock()
 	defer func() {

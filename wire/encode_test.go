@@ -202,6 +202,9 @@ func sameAsJSONMarshal(t *testing.T, v any) {
 		require.Error(t, err)
 		_, err = wire.EncodeRequest(7, "m", v)
 		require.Error(t, err)
+		out, err := wire.AppendRequest([]byte("before"), 7, "m", v)
+		require.Error(t, err)
+		assert.Equal(t, "before", string(out))
 		return
 	}
 	require.NoError(t, err)
@@ -216,6 +219,9 @@ func sameAsJSONMarshal(t *testing.T, v any) {
 		params = "{}" // a request without params has empty ones
 	}
 	assert.Equal(t, `{"jsonrpc":"2.0","id":7,"method":"a2a.\u003cmethod\u003e","params":`+params+`}`, string(q))
+	a, err := wire.AppendRequest([]byte("before"), 7, "a2a.<method>", v)
+	require.NoError(t, err)
+	assert.Equal(t, "before"+string(q), string(a), "AppendRequest appends what EncodeRequest returns")
 	r, err := wire.EncodeResult(json.RawMessage(`7`), v)
 	require.NoError(t, err)
 	assert.Equal(t, `{"jsonrpc":"2.0","id":7,"result":`+string(want)+`}`, string(r))

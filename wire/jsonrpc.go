@@ -346,6 +346,24 @@ func ParamsObject(params json.RawMessage) bool {
 func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
 	e := encoders.Get().(*encoder)
 	defer e.release()
+	if err := e.request(id, method, params); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(e.b), nil
+}
+
+// AppendRequest appends what EncodeRequest returns to dst: a caller that
+// sends the request and is done with it may encode it into a buffer it
+// uses again.
+func AppendRequest(dst []byte, id uint64, method string, params any) ([]byte, error) {
+	e := encoder{b: dst}
+	if err := e.request(id, method, params); err != nil {
+		return dst, err
+	}
+	return e.b, nil
+}
+
+func (e *encoder) request(id uint64, method string, params any) error {
 	e.name(`{"jsonrpc":"2.0","id":`)
 	e.b = strconv.AppendUint(e.b, id, 10)
 	e.name(`,"method":`)
@@ -360,11 +378,11 @@ func EncodeRequest(id uint64, method string, params any) ([]byte, error) {
 		e.b = append(e.b, p...)
 	default:
 		if err := e.any(params); err != nil {
-			return nil, fmt.Errorf("wire: encode params: %w", err)
+			return fmt.Errorf("wire: encode params: %w", err)
 		}
 	}
 	e.b = append(e.b, '}')
-	return bytes.Clone(e.b), nil
+	return nil
 }
 
 // EncodeResult encodes a successful response. id is the request's raw id
