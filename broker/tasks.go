@@ -25,10 +25,11 @@ const taskStripes = 1024
 
 var stripeSeed = maphash.MakeSeed()
 
-func (b *Broker) lockTask(id string) func() {
+// lockTask locks the stripe of task id and returns it, to be unlocked.
+func (b *Broker) lockTask(id string) *sync.Mutex {
 	m := &b.stripes[maphash.String(stripeSeed, id)%taskStripes]
 	m.Lock()
-	return m.Unlock
+	return m
 }
 
 func (b *Broker) send(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
@@ -291,13 +292,13 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 	if rec.Size > b.limits.Task {
 		return nil, b.tooBig()
 	}
-	unlock := b.lockTask(id)
+	stripe := b.lockTask(id)
 	err = b.store.Create(ctx, rec, b.cfg.MaxTasksPerContext)
 	var n notice
 	if err == nil {
 		n = b.notifyTask(&rec.Task, peer.id, peer.session, self.session, wire.EventCreated, &msg)
 	}
-	unlock()
+	stripe.Unlock()
 	b.publish(n)
 	if err != nil {
 		if errors.Is(err, store.ErrLimit) {
@@ -396,8 +397,8 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 		// A retry: answered before the addressee is checked again, for
 		// it may have been renamed since. (Update checks again, under
 		// the task's lock, for a retry that races its first attempt.)
-		unlock := b.lockTask(rec.Task.ID)
-		defer unlock()
+		stripe := b.lockTask(rec.Task.ID)
+		defer stripe.Unlock()
 		res, werr, _ := b.keyOutcome(ctx, rec.Task.ID, k.name, err)
 		return res, werr
 	}
@@ -417,7 +418,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	}
 	msg := b.stamp(*p.Message, self, role, rec.Task.ID, rec.Task.ContextID)
 	grows := jsonLen(&msg) + 1
-	unlock := b.lockTask(rec.Task.ID)
+	stripe := b.lockTask(rec.Task.ID)
 	rec, err := b.store.Update(ctx, rec.Task.ID, func(r *store.Record) error {
 		if err := checkKey(r, k); err != nil {
 			return err
@@ -437,7 +438,7 @@ func (b *Broker) sendOnTask(ctx context.Context, self *agent, p *wire.SendParams
 	if !done && err == nil {
 		n = b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventMessage, &msg)
 	}
-	unlock()
+	stripe.Unlock()
 	b.publish(n)
 	switch {
 	case done:
@@ -607,7 +608,7 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 	for i := range artifacts {
 		grows += jsonLen(&artifacts[i]) + 1
 	}
-	unlock := b.lockTask(id)
+	stripe := b.lockTask(id)
 	rec, err := b.store.Update(ctx, id, func(r *store.Record) error {
 		if err := checkKey(r, k); err != nil {
 			return err
@@ -639,7 +640,7 @@ func (b *Broker) transition(ctx context.Context, self *agent, rec *store.Record,
 	if !done && err == nil {
 		n = b.notifyTask(&rec.Task, otherID, otherSession, self.session, wire.EventStatus, msg)
 	}
-	unlock()
+	stripe.Unlock()
 	b.publish(n)
 	switch {
 	case done:
@@ -699,7 +700,7 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 			m, state = assignee, wire.StateFailed
 		}
 		otherID, otherSession := b.counterpart(rec, m)
-		unlock := b.lockTask(rec.Task.ID)
+		stripe := b.lockTask(rec.Task.ID)
 		updated, err := b.store.Update(ctx, rec.Task.ID, func(r *store.Record) error {
 			if r.Task.Status.State.Terminal() {
 				return errTerminal
@@ -717,7 +718,7 @@ func (b *Broker) closeTasks(ctx context.Context, recs []*store.Record, instance,
 		if err == nil {
 			n = b.notifyTask(&updated.Task, otherID, otherSession, session, wire.EventStatus, nil)
 		}
-		unlock()
+		stripe.Unlock()
 		b.publish(n)
 		if err != nil && !errors.Is(err, errTerminal) && *failed == nil {
 			// Go on with the others; report the first failure.
