@@ -246,9 +246,9 @@ func (r *runner) roundTrips() {
 		res := r.run(k.name, "round trip, memory store", onBus(k, brokertest.BenchmarkRoundTrip))
 		switch k.name {
 		case "nats-tcp":
-			res.compare(bare[tcp], latency, 1.3)
+			res.compare(bare[tcp], latency, 1.1)
 		case "nats-inproc":
-			res.compare(rawRR[tcp], latency, 5)
+			res.compare(rawRR[tcp], latency, 4)
 		default:
 			res.compare(rawRR[false], latency, 0)
 		}
@@ -264,7 +264,7 @@ func (r *runner) roundTrips() {
 		rawPush := r.run("nats", fmt.Sprintf("limit: %d senders' pushes bare, nats.go %s", pushSenders, map[bool]string{false: "in-process", true: "over TCP"}[tcp]), rawPushes(tcp, pushSenders))
 		r.add(rawPush)
 		push := r.run(k.name, fmt.Sprintf("oneway pushes, %d senders", pushSenders), onBus(k, func(b *testing.B, h bustest.Harness) { brokertest.BenchmarkPushes(b, h, pushSenders) }))
-		push.compare(rawPush, throughput, map[bool]float64{true: 0.9}[tcp])
+		push.compare(rawPush, throughput, 0.95)
 		r.add(push)
 		dur := r.run(k.name, "round trip, durable store", onBus(k, func(b *testing.B, h bustest.Harness) {
 			st, err := pebblestore.Open(b.TempDir(), pebblestore.Options{})
