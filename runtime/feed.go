@@ -110,6 +110,9 @@ type Feed struct {
 	// unsure is set while the broker has not answered the latest replay:
 	// the next one comes after RetryInterval, not a check's wait.
 	unsure bool
+	// check bounds each wait of Next: one timer for the feed, set again
+	// for each wait, not one made for each event.
+	check *time.Timer
 
 	replayed, gaps uint64
 }
@@ -199,8 +202,16 @@ func (f *Feed) wait() time.Duration {
 // returns ctx's error when ctx ends, and ErrFeedClosed once the session
 // is closed.
 func (f *Feed) Next(ctx context.Context) (Item, error) {
-	check := time.NewTimer(f.wait())
-	defer check.Stop()
+	check := f.check
+	if len(f.queue) == 0 { // a wait ahead: arm the check
+		if check == nil {
+			check = time.NewTimer(f.wait())
+			f.check = check
+		} else {
+			check.Reset(f.wait())
+		}
+		defer check.Stop()
+	}
 	retrying := f.unsure // check is armed for RetryInterval
 	for len(f.queue) == 0 {
 		if f.unsure && !retrying {
