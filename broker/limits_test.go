@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -450,4 +451,19 @@ func TestLimits_AFullTaskCanAlwaysBeClosed(t *testing.T) {
 	fill(next.ID)
 	_, err = req.cancel(next.ID)
 	require.NoError(t, err, "the requester cancels the full task")
+}
+
+// TestANewTasksSizeIsItsJSONs: the size a new task is stored with, which
+// the task limit counts from, is the length of the task's JSON.
+func TestANewTasksSizeIsItsJSONs(t *testing.T) {
+	st := store.NewMemory()
+	e := newEnv(t, broker.Config{Store: st})
+	a := e.register("s1", "a")
+	e.register("s2", "b")
+	task := a.mustSend("b", "seat <2> & 3")
+	rec, err := st.Get(context.Background(), task.ID)
+	require.NoError(t, err)
+	js, err := wire.Marshal(&rec.Task)
+	require.NoError(t, err)
+	assert.Equal(t, len(js), rec.Size)
 }

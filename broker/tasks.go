@@ -283,12 +283,13 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		SendKey:           k.name,
 		SendDigest:        k.digest,
 	}
-	// The task's JSON is its size and its answer: encoded once.
-	taskJSON, err := wire.Marshal(&rec.Task)
+	// The task's JSON is its size and its answer: encoded once, as the
+	// answer.
+	res, err := wire.Marshal(wire.TaskResult{Task: &rec.Task})
 	if err != nil {
 		return nil, wire.ErrInternal.Withf("cannot encode the task")
 	}
-	rec.Size = len(taskJSON)
+	rec.Size = len(res) - len(taskResultHead) - len(taskResultTail)
 	if rec.Size > b.limits.Task {
 		return nil, b.tooBig()
 	}
@@ -306,7 +307,7 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 		}
 		return nil, b.storeFailure("create task", err)
 	}
-	return taskResult(taskJSON), nil
+	return json.RawMessage(res), nil
 }
 
 // changeTime is the time of a change to r: now, but always after its
@@ -321,14 +322,12 @@ func (b *Broker) changeTime(r *store.Record) wire.Time {
 	return now
 }
 
-// taskResult is a TaskResult around a task already encoded: the bytes
-// wire.Marshal(wire.TaskResult{Task: t}) makes.
-func taskResult(taskJSON []byte) json.RawMessage {
-	out := make([]byte, 0, len(taskJSON)+10)
-	out = append(out, `{"task":`...)
-	out = append(out, taskJSON...)
-	return append(out, '}')
-}
+// taskResultHead and taskResultTail are what wire.Marshal writes of a
+// wire.TaskResult around its task.
+const (
+	taskResultHead = `{"task":`
+	taskResultTail = `}`
+)
 
 // maxArtifactsPerUpdate bounds the artifacts one update adds.
 const maxArtifactsPerUpdate = 100
