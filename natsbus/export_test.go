@@ -11,3 +11,6 @@ var (
 
 // Reserves counts the closes of served session connections handled.
 func (b *Bus) Reserves() int64 { return b.reserves.Load() }
+
+// WatchdogLooks counts the watchdog's looks at the session connections.
+func (s *Server) WatchdogLooks() int64 { return s.watch.Looks() }
