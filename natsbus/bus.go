@@ -289,7 +289,9 @@ func (b *Bus) Serve(h transport.Handler) error {
 		return transport.ErrServing
 	}
 	for _, subj := range []string{RPCPrefix + "*", HostRPC} {
-		sub, err := b.nc.Subscribe(subj, func(m *nats.Msg) { b.dispatch(h, m, b.server == nil) })
+		sub, err := b.nc.Subscribe(subj, func(m *nats.Msg) {
+			b.dispatch(h, inbound{subject: m.Subject, reply: m.Reply, data: m.Data, publish: b.nc.Publish}, b.server == nil)
+		})
 		if err != nil {
 			return fmt.Errorf("natsbus: subscribe %s: %w", subj, err)
 		}
@@ -314,14 +316,14 @@ func (b *Bus) Serve(h transport.Handler) error {
 // connection, and all of them on an external server; on the embedded
 // server's main connection only the host's token can send, and its
 // requests share the host's key.
-func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
-	if m.Reply == "" {
-		b.log.Debug("request without a reply subject ignored", "subject", m.Subject)
+func (b *Bus) dispatch(h transport.Handler, m inbound, bySession bool) {
+	if m.reply == "" {
+		b.log.Debug("request without a reply subject ignored", "subject", m.subject)
 		return
 	}
 	received := time.Now()
 	endpoint := endpointSession
-	if m.Subject == HostRPC {
+	if m.subject == HostRPC {
 		endpoint = endpointHost
 	}
 	answer := func(resp []byte) {
@@ -329,7 +331,7 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		b.svc.done(endpoint, time.Since(received), sent, "")
 	}
 	refuse := func(why string) {
-		b.log.Debug(why, "subject", m.Subject)
+		b.log.Debug(why, "subject", m.subject)
 		b.svc.done(endpoint, time.Since(received), nil, why)
 	}
 	// The broker's connection may publish anywhere, and the server checks
@@ -340,20 +342,20 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 	var from transport.Caller
 	key := hostKey
 	if endpoint == endpointHost {
-		if !strings.HasPrefix(m.Reply, InboxPrefix) {
+		if !strings.HasPrefix(m.reply, InboxPrefix) {
 			refuse("host request with a reply subject outside _INBOX. ignored")
 			return
 		}
 		from = transport.Caller{Scope: transport.ScopeHost}
 	} else {
-		token := strings.TrimPrefix(m.Subject, RPCPrefix)
-		if !strings.HasPrefix(m.Reply, InboxPrefix+token+".") {
+		token := strings.TrimPrefix(m.subject, RPCPrefix)
+		if !strings.HasPrefix(m.reply, InboxPrefix+token+".") {
 			refuse("request with a reply subject outside its session's inbox ignored")
 			return
 		}
 		session, err := SessionID(token)
 		if err != nil {
-			answer(wire.ErrorResponse(requestID(m.Data), wire.ErrInvalidRequest.Withf("subject %q does not name a session canonically", m.Subject)))
+			answer(wire.ErrorResponse(requestID(m.data), wire.ErrInvalidRequest.Withf("subject %q does not name a session canonically", m.subject)))
 			return
 		}
 		from = transport.Caller{Scope: transport.ScopeSession, Session: session}
@@ -361,16 +363,16 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 			key = session
 		}
 	}
-	err := b.fair.Submit(key, len(m.Data), func(serve bool) {
+	err := b.fair.Submit(key, len(m.data), func(serve bool) {
 		var resp []byte
 		if serve {
-			resp = h.ServeRPC(b.ctx, from, m.Data)
+			resp = h.ServeRPC(b.ctx, from, m.data)
 		}
 		if resp == nil && (!serve || b.ctx.Err() != nil) {
 			// Cut short by Close, or never served: tell a waiting caller,
 			// who would otherwise wait for its timeout, unless it expects
 			// nothing.
-			if req, _ := wire.ParseRequest(m.Data, 0); req != nil && !req.IsNotification() {
+			if req, _ := wire.ParseRequest(m.data, 0); req != nil && !req.IsNotification() {
 				resp = wire.ErrorResponse(req.ID, wire.ErrInternal.Withf("the broker is shutting down"))
 			}
 		}
@@ -386,13 +388,13 @@ func (b *Bus) dispatch(h transport.Handler, m *nats.Msg, bySession bool) {
 		// the subscription keeps up with it; past busyAnswers a second,
 		// not answered at all (the flooder's calls time out).
 		if b.fair.BusyAnswer(key, busyAnswers, time.Now()) {
-			b.reply(m, b.busy(wire.PeekID(m.Data)))
+			b.reply(m, b.busy(wire.PeekID(m.data)))
 			b.svc.done(endpoint, time.Since(received), nil, busyProblem)
 		} else {
 			b.svc.done(endpoint, time.Since(received), nil, busyProblem+", not answered: past the busy answers a second")
 		}
 	case err != nil:
-		answer(wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the broker is shutting down")))
+		answer(wire.ErrorResponse(requestID(m.data), wire.ErrInternal.Withf("the broker is shutting down")))
 	}
 }
 
@@ -434,11 +436,11 @@ func requestID(data []byte) json.RawMessage {
 
 // reply sends resp, or, if it is over the payload limit, an error that
 // says so; it returns what it sent.
-func (b *Bus) reply(m *nats.Msg, resp []byte) []byte {
-	err := m.Respond(resp)
+func (b *Bus) reply(m inbound, resp []byte) []byte {
+	err := m.publish(m.reply, resp)
 	if errors.Is(err, nats.ErrMaxPayload) {
-		resp = wire.ErrorResponse(requestID(m.Data), wire.ErrInternal.Withf("the response of %d bytes is over the server's payload limit", len(resp)))
-		err = m.Respond(resp)
+		resp = wire.ErrorResponse(requestID(m.data), wire.ErrInternal.Withf("the response of %d bytes is over the server's payload limit", len(resp)))
+		err = m.publish(m.reply, resp)
 	}
 	if err != nil && b.ctx.Err() == nil {
 		b.log.Warn("nats: reply failed", "error", err)
@@ -515,17 +517,17 @@ func (b *Bus) HostMethods() map[string]transport.HostMethod {
 }
 
 // serveSession makes sure that the session's requests in the sessions
-// account are served, on a connection of their own. replacing, when not
-// nil, is that connection which the server closed: it is replaced only
-// while it is still the session's (the session was not revoked
-// meanwhile). The connection is made without holding b.mu.
-func (b *Bus) serveSession(session string, replacing *nats.Conn) error {
+// account are served, on a connection of their own (a link). replacing,
+// when not nil, is that link, which the server closed: it is replaced
+// only while it is still the session's (the session was not revoked
+// meanwhile). The link is made without holding b.mu.
+func (b *Bus) serveSession(session string, replacing *sessionLink) error {
 	due := func() bool { // b.mu is held
 		cur := b.served[session]
 		if replacing == nil {
 			return cur == nil
 		}
-		return cur != nil && cur.nc == replacing
+		return cur != nil && cur.link == replacing
 	}
 	b.mu.Lock()
 	closed, ok := b.closed, due()
@@ -547,56 +549,44 @@ func (b *Bus) serveSession(session string, replacing *nats.Conn) error {
 	}
 	b.mu.Unlock()
 	if !ok {
-		ss.nc.Close() // another made it first, or it was revoked
+		ss.link.Close() // another made it first, or it was revoked
 	}
 	return nil
 }
 
-// dialSession connects and subscribes the broker's serving connection for
-// a session.
+// dialSession connects and subscribes the broker's link serving a
+// session.
 func (b *Bus) dialSession(session string) (*servedSession, error) {
-	var gate *gatedConn // set by the one connect (no reconnects)
-	gated := inProcessFunc(func() (net.Conn, error) {
-		c, err := b.server.InProcessConn()
-		if err != nil {
-			return nil, err
-		}
-		gate = &gatedConn{Conn: c, fair: b.fair, key: session}
-		return gate, nil
-	})
-	nc, err := nats.Connect("", nats.InProcessServer(gated), nats.UserInfo(b.server.serveCredential()),
-		nats.NoReconnect(), nats.Name("a2a-bus broker: "+SubjectToken(session)),
-		nats.ClosedHandler(func(nc *nats.Conn) {
-			if b.ctx.Err() == nil { // not the bus's own Close
-				b.reserving.Go(func() { b.reserve(session, nc) })
-			}
-		}),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			b.log.Warn("nats: asynchronous error", "session", session, "error", err)
-		}))
+	c, err := b.server.InProcessConn()
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: serve session: %w", err)
 	}
+	gate := &gatedConn{Conn: c, fair: b.fair, key: session}
+	user, password := b.server.serveCredential()
 	h := b.handler
-	sub, err := nc.Subscribe(RPCSubject(session), func(m *nats.Msg) { b.dispatch(h, m, true) })
-	if err == nil {
-		err = nc.Flush()
-	}
+	l, err := dialLink(gate, linkConfig{
+		user: user, password: password, name: "a2a-bus broker: " + SubjectToken(session),
+		subject: RPCSubject(session), payload: b.payload,
+		handle: func(m inbound) { b.dispatch(h, m, true) },
+		ended: func(l *sessionLink, closed bool) {
+			switch {
+			case b.ctx.Err() != nil: // the bus's own Close
+			case closed: // revoked, or replaced
+				b.reserves.Add(1)
+			default:
+				b.reserving.Go(func() { b.reserve(session, l) })
+			}
+		},
+	})
 	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("natsbus: serve session: %w", err)
+		return nil, err
 	}
-	return &servedSession{nc: nc, sub: sub, gate: gate}, nil
+	return &servedSession{link: l, gate: gate}, nil
 }
 
-// inProcessFunc adapts a function to nats.InProcessConnProvider.
-type inProcessFunc func() (net.Conn, error)
-
-func (f inProcessFunc) InProcessConn() (net.Conn, error) { return f() }
-
-// gatedConn is the broker's end of a session's connection: it reads only
-// while the session has room for more requests waiting (Queue.Wait),
-// or once it is closed.
+// gatedConn is the broker's end of a session's link: it reads only while
+// the session has room for more requests waiting (Queue.Wait), or once
+// it is closed.
 type gatedConn struct {
 	net.Conn
 	fair    *admission.Queue
@@ -620,28 +610,27 @@ func (c *gatedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// reserve replaces a session's serving connection that closed while the
+// reserve replaces a session's link that the server closed while the
 // session is still served (the server cut it as a slow consumer: the
-// session flooded it). What it held is lost: that session's requests time
-// out.
-func (b *Bus) reserve(session string, closed *nats.Conn) {
+// session flooded it). What it held is lost: that session's requests
+// time out.
+func (b *Bus) reserve(session string, closed *sessionLink) {
 	defer b.reserves.Add(1)
 	b.mu.Lock()
 	cur := b.served[session]
 	b.mu.Unlock()
-	if cur == nil || cur.nc != closed {
+	if cur == nil || cur.link != closed {
 		return // revoked (a2a.sessions.close) or replaced: nothing to serve anew
 	}
-	b.log.Warn("the server closed a session's connection to the broker; serving it anew", "session", session)
+	b.log.Warn("the server closed a session's connection to the broker; serving it anew", "session", session, "error", closed.err())
 	if err := b.serveSession(session, closed); err != nil && !errors.Is(err, transport.ErrClosed) {
 		b.log.Error("serving a session anew failed", "session", session, "error", err)
 	}
 }
 
-// servedSession is the broker's connection serving one session.
+// servedSession is the broker's link serving one session.
 type servedSession struct {
-	nc   *nats.Conn
-	sub  *nats.Subscription
+	link *sessionLink
 	gate *gatedConn
 }
 
@@ -657,7 +646,7 @@ func (b *Bus) RevokeSession(_ context.Context, session string) error {
 	delete(b.served, session)
 	b.mu.Unlock()
 	if ss != nil {
-		ss.nc.Close()
+		ss.link.Close()
 	}
 	b.fair.Forget(session)
 	return nil
@@ -725,14 +714,16 @@ func (b *Bus) Close() error {
 		// letting what runs finish.
 		graceEnd := time.Now().Add(b.cfg.CloseGrace)
 		for _, ss := range served {
-			subs = append(subs, ss.sub)
 			// What a session sent is read now, whatever it has waiting:
 			// it waits its turn or is answered busy, then shutting down.
-			if ss.gate != nil {
-				ss.gate.ungate()
-			}
+			ss.gate.ungate()
 		}
+		var links sync.WaitGroup
+		links.Go(func() {
+			eachServed(served, func(ss *servedSession) { _ = ss.link.drain(time.Until(graceEnd)) })
+		})
 		b.drain(subs, graceEnd)
+		links.Wait()
 		// What runs may finish, for a while: a clean shutdown answers it
 		// with its result. Then it is cut short (-32603, shutting down).
 		finished := make(chan struct{})
@@ -749,10 +740,10 @@ func (b *Bus) Close() error {
 		grace.Wait()
 		// The answers leave the broker's connections, then the server
 		// hands them to their clients before it shuts down.
-		for _, ss := range served {
-			_ = ss.nc.FlushTimeout(flushTimeout)
-			ss.nc.Close()
-		}
+		eachServed(served, func(ss *servedSession) {
+			_ = ss.link.flush(flushTimeout)
+			ss.link.Close()
+		})
 		b.reserving.Wait()
 		_ = b.nc.FlushTimeout(flushTimeout)
 		for c := range clients {
@@ -765,6 +756,16 @@ func (b *Bus) Close() error {
 		}
 	})
 	return nil
+}
+
+// eachServed runs fn for each served session, all at once, and returns
+// when every call has.
+func eachServed(served map[string]*servedSession, fn func(*servedSession)) {
+	var wg sync.WaitGroup
+	for _, ss := range served {
+		wg.Go(func() { fn(ss) })
+	}
+	wg.Wait()
 }
 
 // drain stops the subscriptions taking requests and hands every request
