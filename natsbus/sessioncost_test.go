@@ -149,6 +149,11 @@ func TestSessionCost(t *testing.T) {
 	// and the goroutines started (a timer's function runs on one).
 	t.Logf("%d idle sessions over %v: %.2f %% of a core, %.0f thread wake-ups and %.0f goroutines started a second", n, idle,
 		100*(cpu1-cpu0).Seconds()/elapsed.Seconds(), float64(wakes1-wakes0)/elapsed.Seconds(), float64(made1-made0)/elapsed.Seconds())
+	// What the idle window left, uncollected: the pings have grown the
+	// stacks that the collection before it had shrunk.
+	idled := readCost(t)
+	t.Logf("%d sessions after the idle window: RSS %.1f KiB/session, heap in use %.1f KiB/session, stacks %.1f KiB/session",
+		n, kib(idled.rss-before.rss)/float64(n), kib(idled.heap-before.heap)/float64(n), kib(idled.stack-before.stack)/float64(n))
 	wait()
 }
 
