@@ -103,15 +103,17 @@ const (
 	// is found within a quarter of a second of being back.
 	reconnectWait = 250 * time.Millisecond
 	// pingInterval and maxPingsOut: a server that has answered none of
-	// maxPingsOut pings sent pingInterval apart (30 to 40 s of silence)
-	// is taken for gone, and the connection is made again. A server
-	// stopped for 15 s (SIGSTOP, a debugger) keeps the connection, and
-	// the answers it owes on it, when it continues; a client that was
-	// itself stopped sends one ping on waking, which is answered;
-	// nats.go's 2 min x 2 would leave a dead server unnoticed for up to
-	// 6 minutes.
-	pingInterval = 10 * time.Second
-	maxPingsOut  = 3
+	// maxPingsOut pings sent pingInterval apart (60 to 90 s of silence)
+	// is taken for gone, and the connection is made again. A server that
+	// exits closes its sockets and is noticed at once; these are for one
+	// that hangs. A server stopped up to a minute (SIGSTOP, a debugger)
+	// keeps the connection, and the answers it owes on it, when it
+	// continues; a client that was itself stopped sends one ping on
+	// waking, which is answered. Each ping costs the server a wake-up
+	// per idle connection, so they are as rare as that allows: nats.go's
+	// 2 min x 2 would leave a hung server unnoticed for up to 6 minutes.
+	pingInterval = 30 * time.Second
+	maxPingsOut  = 2
 	// relinkWait is how long a call made while the connection is being
 	// made again waits for it, before it is ErrUnavailable: in-process
 	// a cut then costs the calls under way, not the next ones.

@@ -255,14 +255,18 @@ const (
 	// rejoins and replays what passed (PROTOCOL.md §5). A longer deadline
 	// would hold a stuck reader's bytes that much longer.
 	writeDeadline = 3 * time.Second
-	// serverPingInterval and serverMaxPingsOut: a client that answers
-	// none of 4 pings 30 s apart (silent 2 to 2.5 min) is taken for stuck
-	// and closed, and what it held is freed. A client stopped 15 s, or a
-	// minute at a breakpoint, keeps its connection. (nats-server's own
-	// 2 min x 2 waits up to 6 min; a data centre's seconds would cut
-	// every host a debugger holds.)
-	serverPingInterval = 30 * time.Second
-	serverMaxPingsOut  = 4
+	// serverPingInterval and serverMaxPingsOut: the server pings a client
+	// it has heard nothing from for a minute (a client's own pings count:
+	// it does not ping the Go clients, which ping every 30 s), and a
+	// client that answers neither of 2 such pings (silent 2 to 3 min) is
+	// taken for stuck and closed, and what it held is freed. A client
+	// stopped a minute at a breakpoint keeps its connection. Each ping
+	// wakes the server for an idle connection, the broker's link of every
+	// open session included, so they are no more frequent than that
+	// takes. (nats-server's own 2 min x 2 waits up to 6 min; a data
+	// centre's seconds would cut every host a debugger holds.)
+	serverPingInterval = 60 * time.Second
+	serverMaxPingsOut  = 2
 	// holdFor: the server lets go of a cut connection's bytes only when
 	// its last write gives up (a cut flushes first, and a reader that
 	// stopped takes nothing): at its write deadline. The watchdog counts
