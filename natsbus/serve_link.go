@@ -34,8 +34,9 @@ type sessionLink struct {
 	conn    net.Conn
 	payload int
 	handle  func(inbound)
-	// ended is called once the reader has ended, on its goroutine; closed
-	// tells whether Close ended it.
+	// ended is called once the reader has ended, on its goroutine, before
+	// Close returns; closed tells whether Close ended it. It must not
+	// wait for the link.
 	ended func(l *sessionLink, closed bool)
 
 	wmu sync.Mutex // one protocol write at a time
@@ -166,10 +167,11 @@ func (l *sessionLink) read() {
 		p <- errLinkClosed
 	}
 	l.conn.Close()
-	close(l.done)
+	// Before done: whoever waits in Close knows what ended started.
 	if l.ended != nil {
 		l.ended(l, closed)
 	}
+	close(l.done)
 }
 
 func (l *sessionLink) serve() error {
