@@ -200,9 +200,27 @@ type Client struct {
 	muxErr  error
 }
 
-// inboxSize is how many notifications wait for the dispatcher; past it,
-// nats.go drops them (a seq gap the runtime replays).
-const inboxSize = 1 << 16
+// inboxSize is how many notifications wait for the dispatcher on a
+// client that may hold many sessions (the host's); sessionInboxSize on one
+// with a session credential, which holds one (a Node-shaped host opens
+// one such client per session: the inbox's pointers were 512 KiB of each).
+// Past it nats.go drops them, and the subscriptions they were for end, to
+// be made again and replayed (cutSlow).
+const (
+	inboxSize        = 1 << 16
+	sessionInboxSize = 1 << 10
+)
+
+// inboxSize is the size of the client's inbox.
+func (cfg ClientConfig) inboxSize() int {
+	switch {
+	case cfg.inbox > 0:
+		return cfg.inbox
+	case cfg.Session != "":
+		return sessionInboxSize
+	}
+	return inboxSize
+}
 
 // ownSubscriptions is how many sessions of a client with a host
 // credential subscribe on subscriptions of their own; the others' events
@@ -416,7 +434,7 @@ func Dial(cfg ClientConfig) (*Client, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{},
-		inbox: make(chan *nats.Msg, cmp.Or(cfg.inbox, inboxSize)), routes: map[*nats.Subscription]*fanout.Sub{},
+		inbox: make(chan *nats.Msg, cfg.inboxSize()), routes: map[*nats.Subscription]*fanout.Sub{},
 		byEvents: map[string]map[*fanout.Sub]struct{}{}, gone: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.link, c.linkDown = context.WithCancel(c.ctx)
