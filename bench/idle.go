@@ -22,6 +22,7 @@ import (
 	a2art "github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
+	"golang.org/x/sync/errgroup"
 )
 
 // delegatesPerSession is how many delegates each session of the idle
@@ -344,28 +345,15 @@ func closeAll(rts []*a2art.Runtime) {
 // inParallel runs fn(0) to fn(n-1) on a few goroutines, and returns the
 // first error; after one, no new call starts.
 func inParallel(n int, fn func(i int) error) error {
-	const workers = 16
-	var next atomic.Int64
-	var first atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range min(workers, n) {
-		wg.Go(func() {
-			for first.Load() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					first.CompareAndSwap(nil, &err)
-				}
-			}
-		})
+	g, ctx := errgroup.WithContext(context.Background())
+	g.SetLimit(16)
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return fn(i) })
 	}
-	wg.Wait()
-	if p := first.Load(); p != nil {
-		return *p
-	}
-	return nil
+	return g.Wait()
 }
 
 // idleCPU measures the CPU time serve (pid) and this process use over

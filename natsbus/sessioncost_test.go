@@ -16,13 +16,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/natsbus"
@@ -224,27 +224,15 @@ func costSession(i int) string { return fmt.Sprintf("cost-%05d", i) }
 
 // costParallel runs fn(0..n-1) on a few goroutines; the first error.
 func costParallel(n int, fn func(i int) error) error {
-	var next atomic.Int64
-	var first atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range min(16, n) {
-		wg.Go(func() {
-			for first.Load() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					first.CompareAndSwap(nil, &err)
-				}
-			}
-		})
+	g, ctx := errgroup.WithContext(context.Background())
+	g.SetLimit(16)
+	for i := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return fn(i) })
 	}
-	wg.Wait()
-	if p := first.Load(); p != nil {
-		return *p
-	}
-	return nil
+	return g.Wait()
 }
 
 type cost struct {
