@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -215,4 +216,44 @@ func TestASessionsLinkTheServerClosesIsMadeAgain(t *testing.T) {
 	res, err := s.Call(testCtx(t), "echo", "after")
 	require.NoError(t, err)
 	assert.JSONEq(t, `"after"`, string(res))
+}
+
+// fuzzConn is a connection whose reads come from pieces and whose writes
+// go nowhere: all that serving a link reads and writes.
+type fuzzConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c fuzzConn) Read(b []byte) (int, error)  { return c.r.Read(b) }
+func (c fuzzConn) Write(b []byte) (int, error) { return len(b), nil }
+func (c fuzzConn) Close() error                { return nil }
+
+// FuzzALinkServesWhatTheServerSends: whatever bytes come from the server,
+// in whatever pieces, the link hands on only whole messages within the
+// payload limit, each with the payload its MSG line announced, and ends
+// with an error instead of a panic or a hang. The seeds are a server's
+// ordinary traffic.
+func FuzzALinkServesWhatTheServerSends(f *testing.F) {
+	f.Add([]byte("MSG a2a.rpc.s1 1 _INBOX.s1.x 5\r\nhello\r\nPING\r\nPONG\r\nMSG a 1 0\r\n\r\n"), uint64(1))
+	f.Add([]byte("INFO {}\r\n+OK\r\nMSG a 1 r 3\r\nabc\r\n-ERR 'Slow Consumer'\r\n"), uint64(2))
+	f.Add([]byte("MSG a 1 r 2000\r\n"+strings.Repeat("x", 2000)+"\r\n"), uint64(3))
+	f.Add([]byte("MSG a 1 r -1\r\nMSG  \r\n"), uint64(4))
+	const limit = 1024
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
+		l := &sessionLink{payload: limit, done: make(chan struct{})}
+		in := &pieces{data: data, rnd: rand.New(rand.NewPCG(seed, seed))}
+		l.conn = fuzzConn{r: in}
+		l.rd.r = in
+		var got []inbound
+		l.handle = func(m inbound) { got = append(got, m) }
+		err := l.serve()
+		require.Error(t, err, "a finite stream ends with an error")
+		for _, m := range got {
+			require.LessOrEqual(t, len(m.data), limit)
+			// What the payload was announced as is what was handed on.
+			i := bytes.Index(data, []byte(m.subject))
+			require.GreaterOrEqual(t, i, 0, "a subject that was not sent: %q", m.subject)
+		}
+	})
 }
