@@ -25,7 +25,7 @@ func TestConfigValidate(t *testing.T) {
 		{"a retry of no attempt", runtime.Config{Retry: runtime.Retry{Backoff: time.Second}}, "Retry.Attempts"},
 		{"a negative backoff", runtime.Config{Retry: runtime.Retry{Attempts: 2, Backoff: -time.Second}}, "backoff is negative"},
 		{"a cap below the first wait", runtime.Config{Retry: runtime.Retry{Attempts: 2, Backoff: time.Second, MaxBackoff: time.Millisecond}}, "MaxBackoff"},
-		{"a negative poll interval", runtime.Config{Feed: runtime.FeedConfig{CheckInterval: -1}}, "CheckInterval"},
+		{"a negative check interval", runtime.Config{Feed: runtime.FeedConfig{CheckInterval: -1}}, "CheckInterval"},
 		{"a negative replay timeout", runtime.Config{Feed: runtime.FeedConfig{ReplayTimeout: -time.Second}}, "ReplayTimeout"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -37,8 +37,9 @@
 //     timeout, and can send the work again.
 //
 // A break the runtime can bridge is invisible: a seq gap, a slow
-// subscriber's drops, a lost subscription and a lost last event (found by
-// polling every few seconds while a delegate waits) are all replayed, so
+// subscriber's drops and a lost subscription are replayed at once, and a
+// last event lost with no signal is found by the feed's check (every
+// 24-36 s while a delegate waits, FeedConfig.CheckInterval), so
 // a waiting delegate wakes with what it waits for. After Settle every
 // call, and a Wait in progress, returns ErrSettled.
 //
