@@ -47,6 +47,25 @@ func registerRaw(t *testing.T, c transport.Client, session, name string) (transp
 	return s, r.Token
 }
 
+// busClient is a bus that is also its own client, as the fake is.
+type busClient interface {
+	transport.Bus
+	transport.Client
+}
+
+// twoSessions serves a broker (bcfg) on bus, both closed with the test,
+// and registers agent "a" in session s1, whose session it returns, and
+// agent "b" in session s2, which pushes to "a".
+func twoSessions(t *testing.T, bus busClient, bcfg broker.Config) (transport.Session, pusher) {
+	t.Helper()
+	b, err := broker.New(context.Background(), bus, bcfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { bus.Close(); b.Close() })
+	sess, _ := registerRaw(t, bus, "s1", "a")
+	other, token := registerRaw(t, bus, "s2", "b")
+	return sess, pusher{other, token}
+}
+
 func (p pusher) push(t *testing.T, to string, n int) {
 	t.Helper()
 	_, err := p.sess.Call(ctxT(t), wire.MethodSend, map[string]any{
@@ -73,17 +92,13 @@ type feedEnv struct {
 func newFeedEnv(t *testing.T, bcfg broker.Config, fcfg fakebus.Config, poll time.Duration) *feedEnv {
 	t.Helper()
 	bus := fakebus.New(fcfg)
-	b, err := broker.New(context.Background(), bus, bcfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { bus.Close(); b.Close() })
-	sess, _ := registerRaw(t, bus, "s1", "a")
-	other, token := registerRaw(t, bus, "s2", "b")
+	sess, p := twoSessions(t, bus, bcfg)
 	// An event before the feed starts is not the feed's business.
-	pusher{other, token}.push(t, "a", -1)
+	p.push(t, "a", -1)
 	feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{CheckInterval: poll})
 	require.NoError(t, err)
 	t.Cleanup(func() { feed.Close() })
-	return &feedEnv{bus: bus, feed: feed, pusher: pusher{other, token}}
+	return &feedEnv{bus: bus, feed: feed, pusher: p}
 }
 
 func TestFeedDeliversInOrderFromWhereItStarts(t *testing.T) {
@@ -243,12 +258,7 @@ func (s *flakySubscriber) Subscribe(ctx context.Context) (transport.Subscription
 // The clock is synctest's.
 func TestFeedResubscribesWithBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		bus := fakebus.New(fakebus.Config{})
-		b, err := broker.New(context.Background(), bus, broker.Config{})
-		require.NoError(t, err)
-		t.Cleanup(func() { bus.Close(); b.Close() })
-		sess, _ := registerRaw(t, bus, "s1", "a")
-		other, token := registerRaw(t, bus, "s2", "b")
+		sess, p := twoSessions(t, fakebus.New(fakebus.Config{}), broker.Config{})
 		s := &flakySubscriber{Session: sess}
 		feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{CheckInterval: time.Hour})
 		require.NoError(t, err)
@@ -258,7 +268,7 @@ func TestFeedResubscribesWithBackoff(t *testing.T) {
 		s.fail, s.tries = 7, nil
 		require.NoError(t, s.subs[0].Close()) // the link is lost
 		s.mu.Unlock()
-		pusher{other, token}.push(t, "a", 7) // meanwhile: only a replay brings it
+		p.push(t, "a", 7) // meanwhile: only a replay brings it
 		it, err := feed.Next(ctxT(t))
 		require.NoError(t, err)
 		assert.Equal(t, "7", pushedNumber(t, it))
@@ -294,17 +304,13 @@ func (b *failing) Publish(session string, msg []byte) error {
 func TestFeedGetsAnEventWhosePublishFailedWithoutACheck(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bus := &failing{Bus: fakebus.New(fakebus.Config{})}
-		b, err := broker.New(context.Background(), bus, broker.Config{})
-		require.NoError(t, err)
-		t.Cleanup(func() { bus.Close(); b.Close() })
-		sess, _ := registerRaw(t, bus, "s1", "a")
-		other, token := registerRaw(t, bus, "s2", "b")
+		sess, p := twoSessions(t, bus, broker.Config{})
 		feed, err := runtime.NewFeed(ctxT(t), sess, runtime.FeedConfig{CheckInterval: time.Hour})
 		require.NoError(t, err)
 		t.Cleanup(func() { feed.Close() })
 
 		bus.failures.Store(2) // the first publish and the first try again
-		pusher{other, token}.push(t, "a", 7)
+		p.push(t, "a", 7)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		began := time.Now()

@@ -44,11 +44,7 @@ func (s *unanswering) Call(ctx context.Context, method string, params any) (json
 func TestFeedGivesUpAReplayWhoseAnswerNeverComes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		bus := fakebus.New(fakebus.Config{})
-		b, err := broker.New(context.Background(), bus, broker.Config{})
-		require.NoError(t, err)
-		t.Cleanup(func() { bus.Close(); b.Close() })
-		sess, _ := registerRaw(t, bus, "s1", "a")
-		other, token := registerRaw(t, bus, "s2", "b")
+		sess, p := twoSessions(t, bus, broker.Config{})
 		s := &unanswering{Session: sess}
 		feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{})
 		require.NoError(t, err)
@@ -56,7 +52,7 @@ func TestFeedGivesUpAReplayWhoseAnswerNeverComes(t *testing.T) {
 
 		s.replays.Store(1)
 		bus.Disconnect("s1")
-		pusher{other, token}.push(t, "a", 7) // lost: only a replay brings it
+		p.push(t, "a", 7) // lost: only a replay brings it
 		bus.Reconnect("s1")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
