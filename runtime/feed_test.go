@@ -231,10 +231,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // lost connection), and whose next Subscribe calls fail while fail > 0.
 type flakySubscriber struct {
 	transport.Session
-	mu    sync.Mutex
-	fail  int
-	subs  []transport.Subscription
-	tries []time.Time
+	mu   sync.Mutex
+	fail int
+	// refuse, when set, is what every Subscribe returns (after fail).
+	refuse error
+	subs   []transport.Subscription
+	tries  []time.Time
 }
 
 func (s *flakySubscriber) Subscribe(ctx context.Context) (transport.Subscription, error) {
@@ -244,6 +246,9 @@ func (s *flakySubscriber) Subscribe(ctx context.Context) (transport.Subscription
 	if s.fail > 0 {
 		s.fail--
 		return nil, fmt.Errorf("%w: the link is not back yet", transport.ErrUnavailable)
+	}
+	if s.refuse != nil {
+		return nil, s.refuse
 	}
 	sub, err := s.Session.Subscribe(ctx)
 	if err == nil {
@@ -281,6 +286,31 @@ func TestFeedResubscribesWithBackoff(t *testing.T) {
 		}
 		ms := time.Millisecond
 		assert.Equal(t, []time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 2000 * ms}, waits)
+	})
+}
+
+// TestAFeedWhoseResubscriptionIsRefusedEnds: a subscription the server
+// refuses is not asked for again and again: after the tries that failed
+// as unavailable, the refusal ends the feed's Next with it, so the
+// session's delegates, and the host, see why.
+func TestAFeedWhoseResubscriptionIsRefusedEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sess, _ := twoSessions(t, fakebus.New(fakebus.Config{}), broker.Config{})
+		s := &flakySubscriber{Session: sess}
+		feed, err := runtime.NewFeed(ctxT(t), s, runtime.FeedConfig{CheckInterval: time.Hour})
+		require.NoError(t, err)
+		t.Cleanup(func() { feed.Close() })
+
+		s.mu.Lock()
+		s.fail, s.tries = 2, nil
+		s.refuse = fmt.Errorf("%w: maximum subscriptions exceeded", transport.ErrRefused)
+		require.NoError(t, s.subs[0].Close()) // the link is lost
+		s.mu.Unlock()
+		_, err = feed.Next(ctxT(t))
+		require.ErrorIs(t, err, transport.ErrRefused)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		assert.Len(t, s.tries, 3, "two unavailable, then the refusal, and no more")
 	})
 }
 
