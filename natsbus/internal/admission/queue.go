@@ -73,6 +73,7 @@ type queueKey struct {
 	bytes   int
 	inTurn  bool
 	rate    *rate.Limiter
+	perKey  int // the key's bound on running: lim.PerKey, or Total if unlimited
 	// busySince and busyAnswers count the A2A_BUSY answers of the
 	// current second.
 	busySince   time.Time
@@ -87,7 +88,8 @@ type request struct {
 }
 
 // NewQueue returns a queue; the keys in unlimited (the host's) have
-// no rate bound.
+// neither a rate nor a PerKey bound: only Total bounds what they run,
+// and their waiting is bounded like any key's.
 func NewQueue(lim Limits, unlimited ...string) *Queue {
 	q := &Queue{lim: lim, keys: map[string]*queueKey{}, sweepAt: minSweep, unlimit: map[string]bool{}, work: make(chan workItem), quit: make(chan struct{})}
 	for _, k := range unlimited {
@@ -164,9 +166,9 @@ func (q *Queue) Submit(key string, size int, run func(serve bool)) error {
 		if len(q.keys) >= q.sweepAt {
 			q.sweep(time.Now())
 		}
-		k = &queueKey{key: key, rate: rate.NewLimiter(q.lim.Rate, q.lim.Burst)}
+		k = &queueKey{key: key, rate: rate.NewLimiter(q.lim.Rate, q.lim.Burst), perKey: q.lim.PerKey}
 		if q.unlimit[key] {
-			k.rate = rate.NewLimiter(rate.Inf, 0)
+			k.rate, k.perKey = rate.NewLimiter(rate.Inf, 0), q.lim.Total
 		}
 		q.keys[key] = k
 	}
@@ -188,7 +190,7 @@ func (q *Queue) Submit(key string, size int, run func(serve bool)) error {
 // mayStart reports whether k may start one more request, rate aside.
 // q.mu is held.
 func (q *Queue) mayStart(k *queueKey) bool {
-	return k.running < q.lim.PerKey && q.running < q.lim.Total
+	return k.running < k.perKey && q.running < q.lim.Total
 }
 
 // enter puts k in the turn, if it has a request waiting. q.mu is held.
@@ -287,7 +289,7 @@ func (q *Queue) pump() {
 				q.requeue(went)
 				return
 			}
-			if len(k.waiting) == 0 || k.running >= q.lim.PerKey {
+			if len(k.waiting) == 0 || k.running >= k.perKey {
 				continue
 			}
 			if now := time.Now(); !k.rate.AllowN(now, 1) {

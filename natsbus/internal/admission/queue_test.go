@@ -90,6 +90,32 @@ func TestQueue_AFloodWaitsBehindItself(t *testing.T) {
 	})
 }
 
+// TestQueue_TheUnlimitedKeyIsBoundOnlyByTheTotal: the host's key runs
+// past PerKey, up to Total, while a session's key stops at PerKey.
+func TestQueue_TheUnlimitedKeyIsBoundOnlyByTheTotal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := NewQueue(Limits{Total: 6, PerKey: 2, MaxWait: 100, MaxBytes: 1 << 20, Rate: rate.Inf}, "host")
+		defer q.Close()
+		g := newGate()
+		for range 3 {
+			require.NoError(t, q.Submit("s", 1, g.job("s")))
+		}
+		for range 10 {
+			require.NoError(t, q.Submit("host", 1, g.job("host")))
+		}
+		synctest.Wait()
+		running := map[string]int{}
+		for _, k := range g.order() {
+			running[k]++
+		}
+		assert.Equal(t, map[string]int{"s": 2, "host": 4}, running, "the session stops at PerKey, the host at what is left of Total")
+		close(g.release)
+		synctest.Wait()
+		assert.Equal(t, 3, g.servedOf("s"))
+		assert.Equal(t, 10, g.servedOf("host"))
+	})
+}
+
 func TestQueue_TurnsGoRoundRobin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := NewQueue(Limits{Total: 1, PerKey: 1, MaxWait: 100, MaxBytes: 1 << 20, Rate: rate.Inf})
