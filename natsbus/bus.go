@@ -445,8 +445,12 @@ func (b *Bus) reply(m inbound, resp []byte) []byte {
 	if err != nil && b.ctx.Err() == nil {
 		b.log.Warn("nats: reply failed", "error", err)
 	}
-	if err == nil && b.server != nil {
-		b.server.published(len(resp)) // it may wait for a session's reader
+	if err == nil && b.server != nil && m.subject != HostRPC {
+		// It may wait for a session's reader. (A host's reply goes to
+		// the host's connection, which the watchdog does not watch: the
+		// host's health check every 10 s would make it look at every
+		// session connection each time.)
+		b.server.published(len(resp))
 	}
 	return resp
 }

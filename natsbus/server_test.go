@@ -127,4 +127,17 @@ func TestTheWatchdogLooksAtWhatTheBusDelivers(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return s.watch.Looks() > looks }, 5*time.Second, time.Millisecond, "a reply is looked at")
 	require.Eventually(t, idle, 5*time.Second, time.Millisecond, "and then it idles")
+	looks = s.watch.Looks()
+
+	// A host's reply goes to no session connection: the host's health
+	// check must not make the watchdog look at all of them. A look
+	// would come a tick (100 ms) after the reply; ten ticks pass.
+	host, err := Dial(ClientConfig{URL: b.URL(), Token: s.Token()})
+	require.NoError(t, err)
+	t.Cleanup(func() { host.Close() })
+	_, err = host.CallHost(context.Background(), wire.MethodAdminInfo, nil)
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	assert.Equal(t, looks, s.watch.Looks(), "a host's reply is not looked at")
+	assert.True(t, idle())
 }
