@@ -17,7 +17,7 @@ func (r *runner) chart() string {
 	}
 	var bars []bar
 	for _, res := range r.results {
-		if res.Met == nil || res.Ratio == 0 {
+		if res.Met == nil || res.Ratio == 0 || res.Goal == 0 {
 			continue // no target, or a target on a figure, not a ratio
 		}
 		bars = append(bars, bar{label: res.Bus + ": " + res.Case, target: res.Target, ratio: res.Ratio, goal: res.Goal, met: *res.Met})

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	a2art "github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
+	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -55,31 +57,175 @@ func (r *runner) idle() error {
 		name := fmt.Sprintf("idle CPU, %s delegates waiting (%s sessions × %d), Go host joined by connection file, %v", grouped(n), grouped(n/delegatesPerSession), delegatesPerSession, window)
 		r.idleRow(name, func() (Result, error) { return idleDelegates(bin, n, window, bound) })
 	}
+	natsServer, cleanupServer, err := build("github.com/nats-io/nats-server/v2", "nats-server")
+	if err != nil {
+		return err
+	}
+	defer cleanupServer()
+	// The sessions' own connections idle in a rhythm of pings (a client's
+	// every 30 s, the server's to the broker's links every 60 s) and the
+	// broker's minute housekeeping: their window is a whole period of it,
+	// or a shorter one would measure where in the period it fell.
 	const credSessions = 2000
-	name := fmt.Sprintf("idle CPU, %s sessions on their own credential connections, no traffic, %v", grouped(credSessions), window)
-	r.idleRow(name, func() (Result, error) { return idleSessions(bin, credSessions, window) })
+	credWindow := time.Minute
+	if r.quick {
+		credWindow = 30 * time.Second
+	}
+	floorName := fmt.Sprintf("idle CPU, %s bare connections to a bare nats-server, serve's pings, one subscription each (the floor of the next row), %v", grouped(credSessions), credWindow)
+	var floorCPU Result
+	r.idleRowOf("nats-server", floorName, func() (res Result, err error) {
+		floorCPU, err = bareConnections(natsServer, credSessions, credWindow)
+		return floorCPU, err
+	})
+	name := fmt.Sprintf("idle CPU, %s sessions on their own credential connections, no traffic, %v", grouped(credSessions), credWindow)
+	r.idleRow(name, func() (res Result, err error) {
+		res, err = idleSessions(bin, credSessions, credWindow)
+		if f := floorCPU.Metrics["server-cpu-%"]; err == nil && f > 0 {
+			res.Ratio, res.Against = res.Metrics["broker-cpu-%"]/f, floorName
+		}
+		return res, err
+	})
 	n := 10000
 	if r.quick {
 		n = 2000
 	}
+	floorName = fmt.Sprintf("RSS, %s bare connections to a bare nats-server, serve's pings, one subscription each (the floor of the own-connection row)", grouped(n))
+	var floorRSS Result
+	r.idleRowOf("nats-server", floorName, func() (res Result, err error) {
+		floorRSS, err = bareConnections(natsServer, n, 0)
+		return floorRSS, err
+	})
 	for _, own := range []bool{false, true} {
 		shape := map[bool]string{false: "one Go host connection", true: "their own credential connections (the Node host's shape)"}[own]
 		name := fmt.Sprintf("RSS, %s sessions on %s", grouped(n), shape)
-		r.idleRow(name, func() (Result, error) { return sessionMemory(bin, n, own, own && !r.quick) })
+		r.idleRow(name, func() (res Result, err error) {
+			res, err = sessionMemory(bin, n, own, own && !r.quick)
+			if f := floorRSS.Metrics["KiB/connection"]; own && err == nil && f > 0 {
+				res.Ratio, res.Against = res.Metrics["KiB/session"]/f, floorName+", per connection"
+			}
+			return res, err
+		})
 	}
 	return nil
 }
 
-// idleRow runs one row and adds its result, or a failed row that says
-// why: one row's failure does not end the run.
+// bareConnections is the floor of the credential sessions' rows: a
+// nats-server built from this module's build list, configured as serve
+// configures the one it embeds where an idle connection's cost is
+// concerned (loopback, its pings), and n nats.go connections from this
+// process, each pinging as the Go client does, with one subscription and
+// a flush (which the server answers, as it answers a session's). It
+// reports the server's resident memory per connection, and with window
+// > 0 its CPU over window. What a session costs beyond this is the
+// broker's; this much is the transport's, for one connection a session.
+func bareConnections(natsServer string, n int, window time.Duration) (res Result, err error) {
+	client, server := natsbus.Keepalives()
+	dir, err := os.MkdirTemp("", "a2a-bus-bench-bare-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	conf := filepath.Join(dir, "bare.conf")
+	text := fmt.Sprintf("listen: \"127.0.0.1:%d\"\nping_interval: %q\nping_max: %d\nmax_connections: %d\n", port, server.Interval.String(), server.MaxOut, n+64)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		return res, err
+	}
+	cmd := exec.Command(natsServer, "-c", conf)
+	var logged bytes.Buffer
+	cmd.Stderr = &logged
+	if err := cmd.Start(); err != nil {
+		return res, err
+	}
+	defer func() {
+		cmd.Process.Signal(os.Interrupt)
+		cmd.Wait()
+	}()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	var first *nats.Conn
+	for deadline := time.Now().Add(serveReadyTimeout); ; time.Sleep(20 * time.Millisecond) {
+		if first, err = nats.Connect(url); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, fmt.Errorf("nats-server did not take connections within %v: %v: %s", serveReadyTimeout, err, logged.String())
+		}
+	}
+	first.Close()
+	if err := enoughFiles(cmd.Process.Pid, n); err != nil {
+		return res, err
+	}
+	time.Sleep(settle)
+	before, err := residentKiB(cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	conns := make([]*nats.Conn, n)
+	defer inParallel(n, func(i int) error {
+		if conns[i] != nil {
+			conns[i].Close()
+		}
+		return nil
+	})
+	err = inParallel(n, func(i int) error {
+		nc, err := nats.Connect(url, nats.PingInterval(client.Interval), nats.MaxPingsOutstanding(client.MaxOut))
+		if err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+		conns[i] = nc
+		if _, err := nc.Subscribe(natsbus.EventsSubject(fmt.Sprintf("bare-%05d", i)), func(*nats.Msg) {}); err != nil {
+			return fmt.Errorf("connection %d: %w", i, err)
+		}
+		return nc.Flush()
+	})
+	if err != nil {
+		return res, err
+	}
+	time.Sleep(settle)
+	after, err := residentKiB(cmd.Process.Pid)
+	if err != nil {
+		return res, err
+	}
+	res.Metrics = map[string]float64{"rss-MiB": float64(after) / 1024, "KiB/connection": float64(after-before) / float64(n)}
+	if window > 0 {
+		cpu, _, err := idleCPU(cmd.Process.Pid, window)
+		if err != nil {
+			return res, err
+		}
+		res.Metrics["server-cpu-%"] = cpu
+	}
+	return res, nil
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// idleRow runs one row of serve and adds its result, or a failed row
+// that says why: one row's failure does not end the run.
 func (r *runner) idleRow(name string, row func() (Result, error)) {
-	fmt.Fprintf(os.Stderr, "bench: %-12s %s\n", "serve", name)
+	r.idleRowOf("serve", name, row)
+}
+
+// idleRowOf is idleRow for a row of bus (serve, or the bare nats-server
+// of a floor).
+func (r *runner) idleRowOf(bus, name string, row func() (Result, error)) {
+	fmt.Fprintf(os.Stderr, "bench: %-12s %s\n", bus, name)
 	res, err := row()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "bench: serve %s failed: %v\n", name, err)
+		fmt.Fprintf(os.Stderr, "bench: %s %s failed: %v\n", bus, name, err)
 		res = Result{Target: "failed: " + err.Error(), Met: met(false)}
 	}
-	res.Bus, res.Case, res.AllocsPerOp = "serve", name, -1
+	res.Bus, res.Case, res.AllocsPerOp = bus, name, -1
 	r.add(res)
 }
 

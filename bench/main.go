@@ -416,7 +416,7 @@ func (r *runner) markdown() string {
 	s += "| --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- |\n"
 	for _, res := range r.results {
 		figs := ""
-		for _, k := range []string{"events/s", "tasks/s", "pushes/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "cpu-%", "broker-cpu-%", "host-cpu-%", "rss-MiB", "KiB/session", "MB/s", "bytes"} {
+		for _, k := range []string{"events/s", "tasks/s", "pushes/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "cpu-%", "broker-cpu-%", "host-cpu-%", "server-cpu-%", "rss-MiB", "KiB/session", "KiB/connection", "MB/s", "bytes"} {
 			if v, ok := res.Metrics[k]; ok {
 				figs += fmt.Sprintf("%s %s; ", k, human(v))
 			}

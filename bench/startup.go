@@ -20,12 +20,18 @@ import (
 // buildServe builds the a2a-bus command into a temporary folder, which
 // cleanup removes.
 func buildServe() (bin string, cleanup func(), err error) {
+	return build("github.com/a2a-bus/a2a-bus/cmd/a2a-bus", "a2a-bus")
+}
+
+// build builds a command of this module's build list (pkg) into a
+// temporary folder, named name, which cleanup removes.
+func build(pkg, name string) (bin string, cleanup func(), err error) {
 	dir, err := os.MkdirTemp("", "a2a-bus-bench-bin-")
 	if err != nil {
 		return "", nil, err
 	}
-	bin = filepath.Join(dir, "a2a-bus")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/a2a-bus/a2a-bus/cmd/a2a-bus")
+	bin = filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("go build: %v: %s", err, msg)

@@ -307,6 +307,21 @@ func (s *Server) linkAccounts() error {
 	return nil
 }
 
+// Keepalive is how one side of a connection pings an idle peer: every
+// Interval, and a peer that leaves MaxOut pings unanswered is taken for
+// stuck.
+type Keepalive struct {
+	Interval time.Duration
+	MaxOut   int
+}
+
+// Keepalives returns how the Go client and the embedded server ping
+// (PROTOCOL.md §2.2): what a host's own client should do, and what a
+// measure of a bare server's floor should set.
+func Keepalives() (client, server Keepalive) {
+	return Keepalive{pingInterval, maxPingsOut}, Keepalive{serverPingInterval, serverMaxPingsOut}
+}
+
 // MaxPayload returns the server's payload limit.
 func (s *Server) MaxPayload() int { return s.payload }
 
