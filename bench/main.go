@@ -3,7 +3,7 @@
 // table, an SVG chart and (with --format json) one JSON object per case.
 //
 //	go run ./bench                 # full run, results in docs/bench
-//	go run ./bench --quick         # under a minute on 2 cores
+//	go run ./bench --quick         # about 3 minutes on 2 cores
 //	go run ./bench --format json   # JSON on stdout as well
 //	go run ./bench --only stores   # one section (written to --out as well)
 //	go run ./bench --only idle     # idle CPU and memory per session of serve
@@ -50,7 +50,7 @@ type Result struct {
 }
 
 func main() {
-	quick := flag.Bool("quick", false, "short runs and fewer points: under a minute on 2 cores")
+	quick := flag.Bool("quick", false, "short runs and fewer points: about 3 minutes on 2 cores")
 	format := flag.String("format", "markdown", "markdown, or json: also print one JSON object per case on stdout")
 	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, durable, startup, idle, node")
 	out := flag.String("out", filepath.Join("docs", "bench"), "the folder the results are written to")
