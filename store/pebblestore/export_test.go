@@ -80,5 +80,6 @@ func Hold(s *Store) (release func()) {
 	return func() { close(let); <-done }
 }
 
-// Applied is how many applied batches wait for the syncer.
-func Applied(s *Store) int { return len(s.applied) }
+// Handed is how many changes the committer has handed to the syncer,
+// answered or not.
+func Handed(s *Store) int64 { return s.handed.Load() }

@@ -239,6 +239,9 @@ type Store struct {
 
 	// The syncer's waits for company, and those that ran out (tests).
 	lingers, lingersRunOut atomic.Int64
+	// handed counts the changes the committer has handed to the syncer
+	// (tests).
+	handed atomic.Int64
 	// mayLinger is set by the syncer while its next sync may wait for
 	// company: the committer then leaves the sync of what it applies to
 	// the syncer, and asks Pebble for it at once otherwise.
@@ -754,6 +757,7 @@ func (s *Store) commit() {
 			o.done <- errChanged
 		}
 		if len(g.ops) > 0 {
+			s.handed.Add(int64(len(g.ops)))
 			s.applied <- g
 		}
 	}

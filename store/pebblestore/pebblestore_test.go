@@ -424,6 +424,7 @@ func TestARefusedUpdateWaitsForTheChangeItSaw(t *testing.T) {
 	t.Cleanup(func() { close(fs.stop) }) // runs before the close, even when the test fails
 	ctx := context.Background()
 	require.NoError(t, s.Create(ctx, storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	handed := pebblestore.Handed(s)
 	fs.armed.Store(true)
 	first := make(chan error, 1)
 	go func() {
@@ -442,9 +443,11 @@ func TestARefusedUpdateWaitsForTheChangeItSaw(t *testing.T) {
 		})
 		second <- err
 	}()
-	// The refusal is checked, and waits for the next sync: answered, it
-	// would be early.
-	require.Eventually(t, func() bool { return pebblestore.Applied(s) == 1 || len(second) > 0 }, 10*time.Second, time.Millisecond)
+	// The refusal is checked, and handed to the syncer behind the first
+	// change (the syncer may hold both, or the second may still wait in
+	// its queue), and waits for the next sync: answered, it would be
+	// early.
+	require.Eventually(t, func() bool { return pebblestore.Handed(s) == handed+2 || len(second) > 0 }, 10*time.Second, time.Millisecond)
 	require.Empty(t, second, "refused while the change it saw waits for its sync")
 	require.Empty(t, first)
 	close(fs.release)
