@@ -12,7 +12,7 @@ const outPath = here("../src/wire.gen.ts");
 
 export async function generate() {
   const schema = JSON.parse(await readFile(schemaPath, "utf8"));
-  const defs = schema.$defs;
+  const defs = Object.fromEntries(Object.entries(schema.$defs).map(([k, v]) => [k, shapes(k, openObjects(v))]));
   // One root whose members reference every definition, so that each is
   // emitted as a named, exported type.
   const root = {
@@ -46,6 +46,64 @@ export async function generate() {
     notes +
     "\n}\n"
   );
+}
+
+/**
+ * A definition that is one of several shapes over shared properties (a
+ * Part is a text, a data or a file part; a File has bytes or a uri) is
+ * made a union of whole shapes, each named: its own members required, the
+ * members the other shapes require absent (`?: never`), the common ones
+ * as they are. The schema lists the properties once beside a oneOf of
+ * what each shape requires, which the compiler would turn into an
+ * intersection that accepts `{kind: "text"}` with no text. The broker
+ * holds a part (and a file) to exactly one member (wire.Part.Validate),
+ * so the union accepts what it accepts. A shape whose discriminant is a
+ * const is named after it (TextPart), else after its own member
+ * (FileWithBytes), the names of the A2A specification.
+ */
+function shapes(defName, def) {
+  const branches = def.oneOf;
+  if (!Array.isArray(branches) || !def.properties || !branches.every((b) => !b.type && !b.$ref && !b.oneOf)) return def;
+  const common = new Set(def.required ?? []);
+  const own = new Set(branches.flatMap((b) => b.required ?? []).filter((p) => !common.has(p)));
+  const { oneOf, properties, required, type, ...rest } = def;
+  return {
+    ...rest,
+    oneOf: branches.map((b) => {
+      const req = [...new Set([...(required ?? []), ...(b.required ?? [])])];
+      const props = {};
+      for (const [k, v] of Object.entries(properties)) {
+        if (b.properties?.[k]) props[k] = b.properties[k];
+        else if (own.has(k) && !req.includes(k)) props[k] = { tsType: "never" };
+        else props[k] = v;
+      }
+      return { title: shapeName(defName, b, own), type: "object", properties: props, required: req };
+    }),
+  };
+}
+
+function shapeName(defName, branch, own) {
+  const cap = (s) => s[0].toUpperCase() + s.slice(1);
+  const konst = Object.values(branch.properties ?? {}).find((p) => typeof p.const === "string");
+  if (konst) return cap(konst.const) + defName;
+  const mine = (branch.required ?? []).filter((p) => own.has(p));
+  if (mine.length !== 1) throw new Error(`${defName}: cannot name a shape that requires ${JSON.stringify(branch.required)}`);
+  return `${defName}With${cap(mine[0])}`;
+}
+
+/**
+ * An object schema that names no properties (metadata: "any object") is
+ * any object: `{[k: string]: unknown}`. Left as it is, the compiler, told
+ * that objects have no other properties than those named, makes it `{}`,
+ * which TypeScript takes for any value but null: a string or a number.
+ */
+function openObjects(s) {
+  if (Array.isArray(s)) return s.map(openObjects);
+  if (!s || typeof s !== "object") return s;
+  const out = Object.fromEntries(Object.entries(s).map(([k, v]) => [k, openObjects(v)]));
+  const named = "properties" in s || "patternProperties" in s || "additionalProperties" in s;
+  if (s.type === "object" && !named) out.additionalProperties = true;
+  return out;
 }
 
 function name(ref) {
