@@ -24,4 +24,5 @@ export { Feed, DEFAULT_CHECK_MS, DEFAULT_RETRY_MS, type Gap, type FeedItem } fro
 export { readConnectionFile, type ConnectionInfo } from "./connfile.js";
 export { subjectToken } from "./util.js";
 export type { Logger, Notification } from "./bus.js";
+export type { DelegateEvent, TaskChangeEvent, PushEvent, ResyncEvent } from "./events.js";
 export type * from "./wire.gen.js";

@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { ClosedError, RefusedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
 import { DEFAULT_CHECK_MS, Feed, type Gap } from "./feed.js";
+import { EventStream, type DelegateEvent } from "./events.js";
 import { Mutex, positive, sleep } from "./util.js";
 import type {
   AgentCard,
@@ -711,7 +712,8 @@ export class Delegate {
    * The delegate's next event: a task event or push addressed to it
    * (never another session's, never another delegate's), or a resync
    * after a break. Rejects with SettledError once it settles, ClosedError
-   * once its session closes, the signal's reason when it aborts.
+   * once its session closes, the signal's reason when it aborts. events
+   * reads the same queue, and yields the same events flat.
    */
   async wait(opts: CallOptions = {}): Promise<WaitEvent> {
     const { signal } = opts;
@@ -759,6 +761,26 @@ export class Delegate {
     } finally {
       this.s.waiting--;
     }
+  }
+
+  /**
+   * The delegate's events, for `for await`: what wait returns, in the same
+   * order, as DelegateEvents (flat: `kind`, `taskId`, `state`, `task`,
+   * `message`, `final`). It reads the queue wait reads: each event goes
+   * to one reader, whichever asks first, so a delegate has one reader. It
+   * returns (the loop ends) when the delegate settles or its session or
+   * host closes; when the signal aborts it throws an AbortError (its
+   * cause the signal's reason), as Node's events.on does. Leaving the
+   * loop (break, return, throw) loses no event: the next reader gets it.
+   */
+  events(opts: CallOptions = {}): AsyncIterableIterator<DelegateEvent> {
+    return new EventStream(this, opts.signal);
+  }
+
+  /** @internal puts back an event read for a stream that ended meanwhile: the next read returns it. */
+  giveBack(ev: WaitEvent): void {
+    this.queue.unshift({ ev });
+    this.wakeAll();
   }
 
   /** Waits for a wake-up (an event, the end), ms at most, or the signal. */
