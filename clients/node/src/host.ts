@@ -5,6 +5,7 @@ import { NatsBus } from "./nats.js";
 import { PipeBus } from "./pipe.js";
 import { Session, type Retry } from "./runtime.js";
 import { positive } from "./util.js";
+import type { HostCallArgs, HostMethod, ResultOf } from "./methods.js";
 
 export interface HostOptions {
   /** Which bus: "nats" (the default) or "pipe". */
@@ -169,9 +170,12 @@ export class Host {
     return s;
   }
 
-  /** A host-only call (a2a.sessions.*, a2a.admin.*). */
-  callHost(method: string, params: object = {}, opts: { signal?: AbortSignal } = {}): Promise<any> {
-    return this.bus.callHost(method, params, opts.signal);
+  /**
+   * A host-only call (a2a.sessions.*, a2a.admin.*), typed by Methods: the
+   * method names its params and its result.
+   */
+  callHost<M extends HostMethod>(method: M, ...[params, opts]: HostCallArgs<M>): Promise<ResultOf<M>> {
+    return this.bus.callHost(method, params ?? {}, opts?.signal) as Promise<ResultOf<M>>;
   }
 
   /**

@@ -25,4 +25,36 @@ export { readConnectionFile, type ConnectionInfo } from "./connfile.js";
 export { subjectToken } from "./util.js";
 export type { Logger, Notification } from "./bus.js";
 export type { DelegateEvent, TaskChangeEvent, PushEvent, ResyncEvent } from "./events.js";
-export type * from "./wire.gen.js";
+export type { HostMethod, HostCallArgs, ParamsOf, ResultOf } from "./methods.js";
+// The wire types a user of the package meets; the rest (each method's
+// params, Error, the File behind a file part) stay inside it.
+export type {
+  AgentCard,
+  Skill,
+  Message,
+  Part,
+  TextPart,
+  DataPart,
+  FilePart,
+  FileWithBytes,
+  FileWithUri,
+  Artifact,
+  Task,
+  TaskStatus,
+  TaskEvent,
+  Push,
+  ErrorData,
+  AdminInfo,
+  AdminAgents,
+  AdminSessions,
+  AdminSession,
+  AdminTasks,
+  AdminTask,
+  PageParams,
+  SessionParams,
+  SessionCloseParams,
+  SessionCloseResult,
+  SessionCredentials,
+  Methods,
+  Notifications,
+} from "./wire.gen.js";

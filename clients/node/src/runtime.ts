@@ -251,7 +251,7 @@ export class Session {
    */
   async spawn(card: CardInput, opts: SpawnOptions = {}): Promise<Delegate> {
     if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
-    const d = new Delegate(this, opts.instanceId ?? randomUUID(), card);
+    const d = Delegate.create(this, opts.instanceId ?? randomUUID(), card);
     // Registering again under the same instance id replaces the
     // registration: safe to retry when its answer is lost.
     await this.naming.run(async () => {
@@ -374,14 +374,18 @@ export class Delegate {
   private wakers: Array<() => void> = [];
   private readonly asked: string;
 
-  /** @internal */
-  constructor(
+  private constructor(
     private readonly s: Session,
     /** The delegate's stable instance id. */
     readonly instanceId: string,
     private card: CardInput,
   ) {
     this.asked = card.name;
+  }
+
+  /** @internal a delegate of s, not yet registered: Session.spawn makes them. */
+  static create(s: Session, instanceId: string, card: CardInput): Delegate {
+    return new Delegate(s, instanceId, card);
   }
 
   /** The agentId the broker assigned: its peer id, which may differ from the name it asked for. */
