@@ -10,15 +10,17 @@ import { BUSES, next, openHost, tempDir, text, checkLeaks, intercept, askerAndWo
 
 checkLeaks();
 
-const CHECK_MS = 200;
+// The safety check is left far beyond the tests' bounds: what wakes the
+// delegates is the rejoin, not a check.
+const CHECK_MS = 600_000;
 
-/** Kills the host's broker; resolves with the time its successor started. */
+/** Kills the host's broker; resolves once its successor has started. */
 async function killBroker(host) {
   const pid = host.brokerPid;
   process.kill(pid, "SIGKILL");
   for (let i = 0; i < 1000; i++) {
     const now = host.brokerPid;
-    if (now !== undefined && now !== pid) return Date.now();
+    if (now !== undefined && now !== pid) return;
     await new Promise((r) => setTimeout(r, 5));
   }
   throw new Error("the host did not start its broker again");
@@ -46,17 +48,15 @@ for (const bus of BUSES) {
     assert.equal(done.final, true);
 
     // Both wait on the open task, each blocked in wait, as the broker dies.
-    const askerWoke = asker.wait({ signal: AbortSignal.timeout(15_000) }).then((ev) => ({ ev, at: Date.now() }));
-    const workerWoke = worker.wait({ signal: AbortSignal.timeout(15_000) }).then((ev) => ({ ev, at: Date.now() }));
-    const back = await killBroker(host);
+    const askerWoke = asker.wait({ signal: AbortSignal.timeout(15_000) });
+    const workerWoke = worker.wait({ signal: AbortSignal.timeout(15_000) });
+    await killBroker(host);
 
     for (const [who, woke] of [["asker", askerWoke], ["worker", workerWoke]]) {
-      const { ev, at } = await woke;
+      const ev = await woke;
       assert.ok(ev.resync, `the ${who} was woken by a resync: ${JSON.stringify(ev)}`);
       assert.deepEqual(ev.resync.lost, [task.id], `the ${who} is told its open task was lost, and only it`);
       assert.deepEqual(ev.resync.changed, [], `the ${who}'s broker has no task left`);
-      // The broker takes a moment to start; then a few poll intervals at most.
-      assert.ok(at - back < 1500 + 5 * CHECK_MS, `the ${who} heard ${at - back} ms after the broker came back`);
     }
     await assert.rejects(asker.get(task.id), (err) => isCode(err, "A2A_UNKNOWN_TASK"));
     // What the delegates keep of their tasks is bounded by what the broker
