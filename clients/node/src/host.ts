@@ -1,6 +1,7 @@
 import { ClosedError } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
 import { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
+import { brokerBinary } from "./binary.js";
 import { NatsBus } from "./nats.js";
 import { PipeBus } from "./pipe.js";
 import { Session, type Retry } from "./runtime.js";
@@ -11,7 +12,8 @@ export interface HostOptions {
   /** Which bus: "nats" (the default) or "pipe". */
   bus?: "nats" | "pipe";
   /**
-   * The a2a-bus binary to start (default "a2a-bus" from PATH): as a
+   * The a2a-bus binary to start (default: brokerBinary(), this platform's
+   * package's, else "a2a-bus" from PATH): as a
    * sidecar on NATS, as a child on the pipe. On NATS, leave it out and
    * give connectionFile to join a broker that is already running.
    */
@@ -108,10 +110,10 @@ export class Host {
     };
     let bus: PipeBus | NatsBus;
     if (kind === "pipe") {
-      bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) });
+      bus = new PipeBus({ ...common, command: [o.binary ?? brokerBinary()], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) });
     } else if (kind === "nats") {
       const join = o.binary === undefined && o.connectionFile !== undefined;
-      bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile });
+      bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? brokerBinary()], connectionFile: o.connectionFile });
     } else {
       throw new TypeError(`unknown bus ${JSON.stringify(kind)} (want nats or pipe)`);
     }
