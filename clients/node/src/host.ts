@@ -1,5 +1,6 @@
 import { ClosedError } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
+import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
 import { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 import { NatsBus } from "./nats.js";
 import { PipeBus } from "./pipe.js";
@@ -43,7 +44,17 @@ export interface HostOptions {
   dataDir?: string;
   /** More `serve` flags for a broker this host starts (`--max-tasks-per-context=8`). */
   args?: string[];
-  /** How long a call waits for its answer before it counts as lost (ms, default 30 000). */
+  /**
+   * How long a call may take in all (ms, default 10 000): a delegate's
+   * call (spawn, send, push, reply, get, list, update, cancel, settle,
+   * peers), host.session and host.callHost, with every retry of it and
+   * every wait for a broker that is away. Past it the call fails with
+   * UnavailableError (a change may or may not have been applied: sent
+   * again with its messageId it is applied once). A signal given to the
+   * call ends it sooner. A host that would rather wait out a broker that
+   * is stuck (found and replaced within about twice healthTimeoutMs) sets
+   * it longer than that.
+   */
   callTimeoutMs?: number;
   /**
    * How long the broker has to answer a health check (a2a.admin.info)
@@ -90,18 +101,21 @@ export interface HostOptions {
 export class Host {
   private sessions = new Set<Session>();
   private closed = false;
+  private readonly callTimeoutMs: number;
 
   private constructor(
     /** @internal */ readonly bus: Bus,
     private readonly o: HostOptions,
-  ) {}
+  ) {
+    this.callTimeoutMs = positive(o.callTimeoutMs, DEFAULT_CALL_TIMEOUT_MS);
+  }
 
   static async open(o: HostOptions = {}): Promise<Host> {
     const kind = o.bus ?? "nats";
     const common = {
       dataDir: o.dataDir, // undefined: no --data-dir, serve's default
       args: o.args ?? [],
-      callTimeoutMs: positive(o.callTimeoutMs, 30_000),
+      callTimeoutMs: positive(o.callTimeoutMs, DEFAULT_CALL_TIMEOUT_MS),
       healthTimeoutMs: positive(o.healthTimeoutMs, DEFAULT_HEALTH_TIMEOUT_MS),
       logger: o.logger ?? quiet,
     };
@@ -151,10 +165,19 @@ export class Host {
     const link = this.bus.session(id);
     let s: Session;
     try {
-      s = await Session.open(
-        link,
-        { checkMs: this.o.checkMs, retry: this.o.retry, queue: this.o.queue, logger: this.o.logger ?? quiet, onEnd: (s) => this.sessions.delete(s) },
-        opts.signal,
+      s = await withDeadline(this.callTimeoutMs, `session ${id}`, opts.signal, (signal) =>
+        Session.open(
+          link,
+          {
+            checkMs: this.o.checkMs,
+            retry: this.o.retry,
+            queue: this.o.queue,
+            callTimeoutMs: this.callTimeoutMs,
+            logger: this.o.logger ?? quiet,
+            onEnd: (s) => this.sessions.delete(s),
+          },
+          signal,
+        ),
       );
     } catch (err) {
       await link.close(false);
@@ -171,7 +194,7 @@ export class Host {
 
   /** A host-only call (a2a.sessions.*, a2a.admin.*). */
   callHost(method: string, params: object = {}, opts: { signal?: AbortSignal } = {}): Promise<any> {
-    return this.bus.callHost(method, params, opts.signal);
+    return withDeadline(this.callTimeoutMs, method, opts.signal, (signal) => this.bus.callHost(method, params, signal));
   }
 
   /**

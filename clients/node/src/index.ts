@@ -1,5 +1,6 @@
 export { Host, type HostOptions } from "./host.js";
 export { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
+export { DEFAULT_CALL_TIMEOUT_MS } from "./deadline.js";
 export {
   Session,
   Delegate,

@@ -34,6 +34,12 @@ export interface PipeOptions {
   logger: Logger;
 }
 
+/**
+ * How long a new child has to answer its first probe before it is taken
+ * for stuck: a broker opening a large store takes a while.
+ */
+const START_TIMEOUT_MS = 30_000;
+
 interface Pending {
   method: string;
   resolve: (v: any) => void;
@@ -122,11 +128,10 @@ export class PipeBus implements Bus {
       if (this.lastWords.length > 3) this.lastWords.shift();
       this.o.logger.debug(`broker: ${line}`);
     });
-    // A child that never answers its first probe is stuck too; a broker
-    // opening a large store takes a while: a call's timeout.
+    // A child that never answers its first probe is stuck too.
     const starting = setTimeout(() => {
-      if (upAt === undefined) this.condemn(child, `it did not answer within ${this.o.callTimeoutMs} ms of starting`);
-    }, this.o.callTimeoutMs);
+      if (upAt === undefined) this.condemn(child, `it did not answer within ${START_TIMEOUT_MS} ms of starting`);
+    }, START_TIMEOUT_MS);
     starting.unref();
     this.exited = new Promise((resolve) => {
       child.once("error", (err) => this.o.logger.warn(`the broker could not start: ${err.message}`));
