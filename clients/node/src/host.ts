@@ -1,6 +1,9 @@
+import { EventEmitter } from "node:events";
+
 import { ClosedError } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
+import type { HostEvents, Tell } from "./events.js";
 import { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 import { NatsBus } from "./nats.js";
 import { PipeBus } from "./pipe.js";
@@ -90,24 +93,30 @@ export interface HostOptions {
 
 /**
  * A host's handle on the broker: it starts or joins it, rejoins it when it
- * restarts, and gives a runtime per chat session.
+ * restarts, and gives a runtime per chat session. It emits what happens
+ * to its broker and sessions (HostEvents): `brokerExit`, `rejoined`,
+ * `resync`, `renamed`, `lost`.
  *
  * ```js
  * const host = await Host.open({ bus: "nats", binary: "a2a-bus" });
+ * host.on("brokerExit", (ev) => console.warn("broker gone:", ev.reason));
  * const chat = await host.session("chat-1");
  * const d = await chat.spawn({ name: "discussant" });
  * ```
  */
-export class Host {
+export class Host extends EventEmitter<HostEvents> {
   private sessions = new Set<Session>();
   private closed = false;
+  /** @internal */ readonly bus: Bus;
   private readonly callTimeoutMs: number;
 
   private constructor(
-    /** @internal */ readonly bus: Bus,
     private readonly o: HostOptions,
+    bus: (tell: Tell) => Bus,
   ) {
+    super();
     this.callTimeoutMs = positive(o.callTimeoutMs, DEFAULT_CALL_TIMEOUT_MS);
+    this.bus = bus(this.tell);
   }
 
   static async open(o: HostOptions = {}): Promise<Host> {
@@ -119,30 +128,46 @@ export class Host {
       healthTimeoutMs: positive(o.healthTimeoutMs, DEFAULT_HEALTH_TIMEOUT_MS),
       logger: o.logger ?? quiet,
     };
-    let bus: PipeBus | NatsBus;
+    let host: Host;
     if (kind === "pipe") {
-      bus = new PipeBus({ ...common, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) });
+      host = new Host(o, (tell) => new PipeBus({ ...common, tell, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) }));
     } else if (kind === "nats") {
       const join = o.binary === undefined && o.connectionFile !== undefined;
-      bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile });
+      host = new Host(o, (tell) => new NatsBus({ ...common, tell, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile }));
     } else {
       throw new TypeError(`unknown bus ${JSON.stringify(kind)} (want nats or pipe)`);
     }
+    const bus = host.bus as PipeBus | NatsBus;
     try {
       await bus.start();
     } catch (err) {
       await bus.close(); // a child that started is stopped, and not started again
       throw explainStart(err);
     }
-    return new Host(bus, o);
+    return host;
   }
+
+  /** Emits an event for the bus and the sessions; a listener that throws does not disturb them. */
+  private readonly tell: Tell = (name, ev) => {
+    try {
+      (this.emit as (name: string, ev: unknown) => boolean)(name, ev);
+    } catch (err) {
+      process.nextTick(() => {
+        throw err;
+      });
+    }
+  };
 
   /** "nats" or "pipe". */
   get kind(): "nats" | "pipe" {
     return this.bus.kind;
   }
 
-  /** The broker's process id, when known. */
+  /**
+   * The broker's process id while the host is on it: undefined from when
+   * the host knows it gone (its process exited, its connection was lost,
+   * it was taken for dead) until the host is on a broker again.
+   */
   get brokerPid(): number | undefined {
     return this.bus.pid();
   }
@@ -175,6 +200,7 @@ export class Host {
             callTimeoutMs: this.callTimeoutMs,
             logger: this.o.logger ?? quiet,
             onEnd: (s) => this.sessions.delete(s),
+            tell: this.tell,
           },
           signal,
         ),

@@ -15,6 +15,7 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
+import { tellNothing, type BrokerExitEvent, type Tell } from "./events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { stderrLines } from "./lines.js";
 import { Queue, raceAbort, sleep, subjectToken } from "./util.js";
@@ -31,6 +32,8 @@ export interface NatsOptions {
   /** How long the broker has to answer a health check before it is taken for dead (ms). */
   healthTimeoutMs: number;
   logger: Logger;
+  /** Where the bus tells its host that the broker went, and that it is on one again. */
+  tell?: Tell;
 }
 
 interface Link {
@@ -41,12 +44,21 @@ interface Link {
   child?: ChildProcess;
   /** Watches the broker while the link is up. */
   dog?: Watchdog;
-  /** The broker did not answer a health check: the link is being dropped. */
-  dead?: boolean;
+  /** The broker did not answer a health check: the link is being dropped, for this reason. */
+  dead?: string;
+}
+
+/** How a sidecar this host started ended. */
+interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
 }
 
 /** How long a dial may take, the server's greeting included. */
 const DIAL_TIMEOUT_MS = 2000;
+
+/** How long a lost link waits for the exit of the sidecar it was on, for the brokerExit event. */
+const EXIT_WAIT_MS = 2000;
 
 const enc = new TextEncoder();
 
@@ -72,6 +84,7 @@ export class NatsBus implements Bus {
   private closed = false;
   private child?: ChildProcess;
   private childExited?: Promise<void>;
+  private exits = new WeakMap<ChildProcess, Promise<Exit>>();
   private path?: string;
   private sessions = new Set<NatsSession>();
   private backoff = 50;
@@ -79,9 +92,11 @@ export class NatsBus implements Bus {
   private readonly stopping = new AbortController(); // aborted by close
   private relaunches = 0; // how many times the sidecar came up again
   private nudge?: AbortController; // aborted when the sidecar is up again: the rejoin dials at once
+  private readonly tell: Tell;
 
   constructor(private readonly o: NatsOptions) {
     this.linkUp = new Promise((r) => (this.setLink = r));
+    this.tell = o.tell ?? tellNothing;
   }
 
   async start(): Promise<void> {
@@ -103,6 +118,7 @@ export class NatsBus implements Bus {
     if (this.o.connectionFile) args.push(`--connection-file=${this.o.connectionFile}`);
     const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
     this.child = child;
+    this.exits.set(child, new Promise((done) => child.once("close", (code, signal) => done({ code, signal }))));
     const born = Date.now();
     return new Promise((resolve, reject) => {
       let first: string | undefined;
@@ -194,7 +210,7 @@ export class NatsBus implements Bus {
    */
   private condemn(link: Link, why: string): void {
     if (link.dead || this.closed) return;
-    link.dead = true;
+    link.dead = why;
     link.dog?.stop();
     const child = link.child;
     const own = child !== undefined && child === this.child && child.exitCode === null && child.signalCode === null;
@@ -221,6 +237,7 @@ export class NatsBus implements Bus {
     if (this.closed) return;
     if (!link.dead) this.o.logger.info("lost the broker; rejoining");
     this.down(link);
+    const told = this.tellExit(link);
     let wait = 50;
     while (!this.closed) {
       const relaunches = this.relaunches;
@@ -232,6 +249,10 @@ export class NatsBus implements Bus {
         }
         this.o.logger.info(`rejoined the broker at ${next.info.url}`);
         this.up(next);
+        void told.then(() => {
+          if (this.closed || this.link !== next) return;
+          this.tell("rejoined", { pid: next.info.pid, started: this.owns(next), description: this.describe(), rejoins: this.rejoins() });
+        });
         return;
       } catch (err) {
         this.o.logger.debug(`rejoin: ${(err as Error).message}`);
@@ -248,6 +269,28 @@ export class NatsBus implements Bus {
         }
       }
     }
+  }
+
+  /** Whether the link is on the sidecar this host started. */
+  private owns(link: Link): boolean {
+    return link.child !== undefined && link.child === this.child;
+  }
+
+  /** Emits brokerExit for a link lost, with its sidecar's exit when it was this host's and it exits. */
+  private async tellExit(link: Link): Promise<void> {
+    const ev: BrokerExitEvent = { pid: link.info.pid, started: link.child !== undefined, reason: link.dead ?? "the connection to the broker closed" };
+    const exited = link.child && this.exits.get(link.child);
+    if (exited) {
+      let timer: NodeJS.Timeout | undefined;
+      const exit = await Promise.race([exited, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), EXIT_WAIT_MS)).unref())]);
+      clearTimeout(timer);
+      if (exit) {
+        ev.code = exit.code;
+        ev.signal = exit.signal;
+        if (!link.dead) ev.reason = `the broker exited (${exit.signal ?? exit.code})`;
+      }
+    }
+    if (!this.closed) this.tell("brokerExit", ev);
   }
 
   /** The current link, waiting for one while the broker is away (callTimeoutMs at most). */
@@ -322,8 +365,9 @@ export class NatsBus implements Bus {
     return this.link?.info;
   }
 
+  /** The broker's process id while the host is on it; undefined while it is away. */
   pid(): number | undefined {
-    return this.link?.info.pid ?? this.child?.pid;
+    return usable(this.link) ? this.link.info.pid : undefined;
   }
 
   rejoins(): number {

@@ -11,6 +11,7 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
+import { tellNothing, type Tell } from "./events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { LineSplitter, stderrLines } from "./lines.js";
 import { Queue, raceAbort, sleep } from "./util.js";
@@ -32,6 +33,8 @@ export interface PipeOptions {
   args: string[];
   callTimeoutMs: number;
   logger: Logger;
+  /** Where the bus tells its host that the broker went, and that it is on one again. */
+  tell?: Tell;
 }
 
 /**
@@ -72,8 +75,12 @@ export class PipeBus implements Bus {
   private lastWords: string[] = []; // the broker's last lines on stderr, for an error
   private dog?: Watchdog; // the current child's, once it has answered
   private condemned = new WeakSet<ChildProcess>(); // children being killed as broken
+  private condemnedFor = new WeakMap<ChildProcess, string>(); // why
+  private readonly tell: Tell;
 
-  constructor(private readonly o: PipeOptions) {}
+  constructor(private readonly o: PipeOptions) {
+    this.tell = o.tell ?? tellNothing;
+  }
 
   async start(): Promise<void> {
     this.launch();
@@ -148,6 +155,10 @@ export class PipeBus implements Bus {
         for (const set of this.subs.values()) for (const q of set) q.end();
         this.subs.clear();
         if (this.closed) return;
+        if (upAt !== undefined) {
+          const why = this.condemnedFor.get(child);
+          this.tell("brokerExit", { pid: child.pid, started: true, code, signal: sig, reason: why ?? `the broker exited (${sig ?? code})` });
+        }
         // A child that keeps dying young is started less and less often.
         this.backoff = upAt !== undefined && Date.now() - upAt >= STEADY_MS ? 50 : Math.min(this.backoff * 2, 1000);
         this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again in ${this.backoff} ms`);
@@ -173,6 +184,7 @@ export class PipeBus implements Bus {
             logger: this.o.logger,
           });
           markUp();
+          if (this.starts > 1) this.tell("rejoined", { pid: child.pid, started: true, description: this.describe(), rejoins: this.rejoins() });
         },
         reject: () => {}, // it died first: its close starts the next
       });
@@ -189,6 +201,7 @@ export class PipeBus implements Bus {
     if (this.closed || this.child !== child || child.exitCode !== null || child.signalCode !== null) return;
     if (this.condemned.has(child)) return;
     this.condemned.add(child);
+    this.condemnedFor.set(child, why);
     this.o.logger.warn(`the broker (pid ${child.pid}) is taken for dead: ${why}; killing it and starting it again`);
     child.kill("SIGKILL");
   }
@@ -348,8 +361,10 @@ export class PipeBus implements Bus {
     };
   }
 
+  /** The child's process id once it has answered; undefined while none runs, or the one there is dying or starting. */
   pid(): number | undefined {
-    return this.child?.pid;
+    const c = this.ready;
+    return c !== undefined && c === this.child && !this.condemned.has(c) ? c.pid : undefined;
   }
 
   rejoins(): number {

@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { ClosedError, RefusedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
+import { tellNothing, type Tell } from "./events.js";
 import { DEFAULT_CHECK_MS, Feed, type Gap } from "./feed.js";
 import { Mutex, positive, sleep } from "./util.js";
 import type {
@@ -97,6 +98,8 @@ export interface SessionOptions {
   logger: Logger;
   /** Called once the session has closed or left. */
   onEnd?: (s: Session) => void;
+  /** Where the session tells its host of resyncs, renames and lost tasks. */
+  tell?: Tell;
 }
 
 export interface CallOptions {
@@ -162,7 +165,7 @@ export class Session {
   /** @internal */
   waiting = 0;
   /** @internal */
-  readonly opts: { queue: number; retry: Retry; callTimeoutMs: number; logger: Logger; checkMs: number; onEnd?: (s: Session) => void };
+  readonly opts: { queue: number; retry: Retry; callTimeoutMs: number; logger: Logger; checkMs: number; onEnd?: (s: Session) => void; tell: Tell };
 
   private constructor(
     /** @internal */ readonly link: SessionLink,
@@ -180,6 +183,7 @@ export class Session {
       logger: o.logger,
       checkMs: positive(o.checkMs, DEFAULT_CHECK_MS),
       onEnd: o.onEnd,
+      tell: o.tell ?? tellNothing,
     };
   }
 
@@ -234,6 +238,7 @@ export class Session {
 
   private async resync(gap: Gap): Promise<void> {
     this.opts.logger.info(`resyncing the session's delegates: ${gap.reason}`);
+    this.opts.tell("resync", { sessionId: this.id, reason: gap.reason, brokerRestarted: gap.newEpoch });
     for (const d of this.live) {
       if (gap.newEpoch) {
         // At once, so that peers can address it again; if this fails its next call does it.
@@ -459,6 +464,7 @@ export class Delegate {
     if (oldId && oldId !== res.agentId) {
       this.s.rename(this, oldId, res.agentId);
       this.pendingRename = oldId;
+      this.s.opts.tell("renamed", { sessionId: this.s.id, instanceId: this.instanceId, from: oldId, to: res.agentId });
     }
   }
 
@@ -717,6 +723,7 @@ export class Delegate {
     // A lost id is ignored until a later resync: long enough for a call
     // answered before the break to have been noted.
     for (const [id, g] of this.lostIds) if (g < gen) this.lostIds.delete(id);
+    if (lost.length > 0) this.s.opts.tell("lost", { sessionId: this.s.id, delegateId: this.agentId, taskIds: [...lost] });
     const renamedFrom = this.pendingRename;
     this.pendingRename = undefined;
     return renamedFrom ? { reason, changed, lost, renamedFrom } : { reason, changed, lost };
