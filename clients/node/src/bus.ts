@@ -61,6 +61,8 @@ export interface Bus {
   callHost(method: string, params: object, signal?: AbortSignal): Promise<any>;
   /** The broker's process id while the host is on it; undefined while it is away. */
   pid(): number | undefined;
+  /** Whether the broker the host is on is one it started (close stops it). */
+  started(): boolean;
   /** How many times the host reached a new broker after losing one. */
   rejoins(): number;
   describe(): string;

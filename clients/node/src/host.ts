@@ -5,7 +5,7 @@ import { quiet, type Bus, type Logger } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
 import type { HostEvents, Tell } from "./events.js";
 import { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
-import { NatsBus } from "./nats.js";
+import { NatsBus, type NatsMode } from "./nats.js";
 import { PipeBus } from "./pipe.js";
 import { Session, type Retry } from "./runtime.js";
 import { positive } from "./util.js";
@@ -20,8 +20,22 @@ export interface HostOptions {
    */
   binary?: string;
   /**
-   * NATS: the connection file of the broker to join, or, with binary,
-   * where the sidecar writes its own (default: serve's, docs/PROTOCOL.md §2.2).
+   * NATS: how the host comes to its broker.
+   * - "start-or-join" (the default): it joins the broker of the connection
+   *   file when one answers, else it starts one; when that finds a broker
+   *   already running (another app instance started one meanwhile), it
+   *   joins that one. Two hosts opening together end on one broker.
+   * - "start": it starts one, and fails with BrokerRunningError when one
+   *   runs at the connection file.
+   * - "join": it joins the broker of the connection file, and fails when
+   *   none answers. The default when connectionFile is given without binary.
+   */
+  broker?: "start-or-join" | "start" | "join";
+  /**
+   * NATS: the connection file of the broker to join, and where a sidecar
+   * this host starts writes its own (default: serve's, docs/PROTOCOL.md
+   * §2.2). Given without binary (and no broker option), the host only
+   * joins.
    */
   connectionFile?: string;
   /**
@@ -40,9 +54,10 @@ export interface HostOptions {
    * - a path: that folder.
    *
    * One data dir serves one broker at a time: a second broker started on
-   * it is refused, and open fails saying so. Join the running broker with
-   * its connection file (bus "nats", `connectionFile`, no `binary`), or
-   * give this host its own dataDir. Ignored when the host joins.
+   * it is refused, and open fails saying so (BrokerRunningError). Join the
+   * running broker with its connection file (bus "nats", `connectionFile`,
+   * no `binary`), or give this host its own dataDir. Ignored when the host
+   * joins.
    */
   dataDir?: string;
   /** More `serve` flags for a broker this host starts (`--max-tasks-per-context=8`). */
@@ -132,8 +147,18 @@ export class Host extends EventEmitter<HostEvents> {
     if (kind === "pipe") {
       host = new Host(o, (tell) => new PipeBus({ ...common, tell, command: [o.binary ?? "a2a-bus"], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) }));
     } else if (kind === "nats") {
-      const join = o.binary === undefined && o.connectionFile !== undefined;
-      host = new Host(o, (tell) => new NatsBus({ ...common, tell, command: join ? undefined : [o.binary ?? "a2a-bus"], connectionFile: o.connectionFile }));
+      const mode = natsMode(o);
+      host = new Host(
+        o,
+        (tell) =>
+          new NatsBus({
+            ...common,
+            tell,
+            mode,
+            command: mode === "join" ? undefined : [o.binary ?? "a2a-bus"],
+            connectionFile: o.connectionFile,
+          }),
+      );
     } else {
       throw new TypeError(`unknown bus ${JSON.stringify(kind)} (want nats or pipe)`);
     }
@@ -142,7 +167,7 @@ export class Host extends EventEmitter<HostEvents> {
       await bus.start();
     } catch (err) {
       await bus.close(); // a child that started is stopped, and not started again
-      throw explainStart(err);
+      throw err;
     }
     return host;
   }
@@ -170,6 +195,14 @@ export class Host extends EventEmitter<HostEvents> {
    */
   get brokerPid(): number | undefined {
     return this.bus.pid();
+  }
+
+  /**
+   * Whether the broker the host is on is one it started, which close
+   * stops; false when it joined one (or is between brokers).
+   */
+  get startedBroker(): boolean {
+    return this.bus.started();
   }
 
   /** How many times the host reached a new broker after losing one. */
@@ -235,18 +268,19 @@ export class Host extends EventEmitter<HostEvents> {
   }
 }
 
-/**
- * A broker that could not start because another holds its data dir says
- * so on stderr ("the data directory is held by another running broker");
- * the error says what to do about it.
- */
-function explainStart(err: unknown): unknown {
-  if (!(err instanceof Error) || !/held by another running broker/.test(err.message)) return err;
-  return new Error(
-    `${err.message}. Another broker runs on this data dir: join it with its connection file (bus "nats", connectionFile, no binary), or give this host its own dataDir ("" keeps tasks in memory)`,
-    { cause: err },
-  );
+/** How a NATS host comes to its broker: as it says, else join a connection file given alone, else start or join. */
+function natsMode(o: HostOptions): NatsMode {
+  switch (o.broker) {
+    case undefined:
+      return o.binary === undefined && o.connectionFile !== undefined ? "join" : "start-or-join";
+    case "start-or-join":
+    case "start":
+    case "join":
+      return o.broker;
+  }
+  throw new TypeError(`unknown broker ${JSON.stringify(o.broker)} (want start-or-join, start or join)`);
 }
+
 
 /**
  * The message limit a broker started with these args has:

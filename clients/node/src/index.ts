@@ -21,9 +21,20 @@ export {
   type ListOptions,
   type SpawnOptions,
 } from "./runtime.js";
-export { A2ABusError, UnavailableError, ClosedError, RefusedError, SettledError, Codes, isCode, type Code } from "./errors.js";
+export {
+  A2ABusError,
+  UnavailableError,
+  ClosedError,
+  RefusedError,
+  SettledError,
+  BrokerStartError,
+  BrokerRunningError,
+  Codes,
+  isCode,
+  type Code,
+} from "./errors.js";
 export { Feed, DEFAULT_CHECK_MS, DEFAULT_RETRY_MS, type Gap, type FeedItem } from "./feed.js";
-export { readConnectionFile, type ConnectionInfo } from "./connfile.js";
+export { readConnectionFile, defaultConnectionFile, defaultStateDir, type ConnectionInfo } from "./connfile.js";
 export { subjectToken } from "./util.js";
 export type { Logger, Notification } from "./bus.js";
 export type * from "./wire.gen.js";

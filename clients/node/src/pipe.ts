@@ -14,6 +14,7 @@ import {
 import { tellNothing, type Tell } from "./events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { LineSplitter, stderrLines } from "./lines.js";
+import { startFailure, type StartExit } from "./start.js";
 import { Queue, raceAbort, sleep } from "./util.js";
 
 export interface PipeOptions {
@@ -82,14 +83,16 @@ export class PipeBus implements Bus {
     this.tell = o.tell ?? tellNothing;
   }
 
+  /** Starts the first child; rejects with a BrokerStartError when it ends before it answers. */
   async start(): Promise<void> {
     this.launch();
     const child = this.child!;
     const died = new Promise<never>((_, reject) => {
-      child.once("error", (err) => reject(new Error(`a2a-bus serve --bus=pipe could not start: ${err.message}`)));
-      child.once("close", (code, sig) =>
-        reject(new Error(`a2a-bus serve --bus=pipe exited (${sig ?? code}) before it answered: ${this.lastWords.join(" | ")}`)),
-      );
+      const fail = (exit: StartExit) => reject(startFailure("a2a-bus serve --bus=pipe", exit, [...this.lastWords]));
+      child.on("error", (error) => {
+        if (child.pid === undefined) fail({ code: null, signal: null, error });
+      });
+      child.once("close", (code, signal) => fail({ code, signal }));
     });
     died.catch(() => {});
     await Promise.race([this.childUp, died]);
@@ -365,6 +368,11 @@ export class PipeBus implements Bus {
   pid(): number | undefined {
     const c = this.ready;
     return c !== undefined && c === this.child && !this.condemned.has(c) ? c.pid : undefined;
+  }
+
+  /** The broker is always the host's own child. */
+  started(): boolean {
+    return this.pid() !== undefined;
   }
 
   rejoins(): number {
