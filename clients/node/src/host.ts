@@ -1,6 +1,6 @@
 import { EventEmitter } from "node:events";
 
-import { ClosedError } from "./errors.js";
+import { A2ABusError, ClosedError, Codes } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
 import type { HostEvents, Tell } from "./events.js";
@@ -157,6 +157,7 @@ export class Host extends EventEmitter<HostEvents> {
             mode,
             command: mode === "join" ? undefined : [o.binary ?? "a2a-bus"],
             connectionFile: o.connectionFile,
+            messageLimit: givenMessageLimit(common.args),
           }),
       );
     } else {
@@ -220,6 +221,10 @@ export class Host extends EventEmitter<HostEvents> {
    */
   async session(id: string, opts: { signal?: AbortSignal } = {}): Promise<Session> {
     if (this.closed) throw new ClosedError("the host is closed");
+    const bad = badSessionId(id);
+    if (bad !== undefined) {
+      throw new A2ABusError("host.session", { code: Codes.INVALID_PARAMS, message: `id: ${bad} (a session id is 1 to 256 bytes of UTF-8 without control characters)`, data: { code: "INVALID_PARAMS" } });
+    }
     const link = this.bus.session(id);
     let s: Session;
     try {
@@ -281,6 +286,29 @@ function natsMode(o: HostOptions): NatsMode {
   throw new TypeError(`unknown broker ${JSON.stringify(o.broker)} (want start-or-join, start or join)`);
 }
 
+/** Why id is no session id (wire.ValidateID), or undefined when it is one. */
+function badSessionId(id: unknown): string | undefined {
+  if (typeof id !== "string") return `not a string (${typeof id})`;
+  if (id === "") return "required";
+  const bytes = Buffer.from(id, "utf8");
+  if (bytes.length > 256) return "longer than 256 bytes";
+  if (bytes.toString("utf8") !== id) return "not valid UTF-8"; // a lone surrogate
+  for (const ch of id) {
+    const c = ch.codePointAt(0)!;
+    if (c < 0x20 || c === 0x7f || (c >= 0x80 && c < 0xa0)) return "contains a control character";
+  }
+  return undefined;
+}
+
+/**
+ * The message limit of a broker started with these args when they, or
+ * the environment, say it (--max-message-bytes, A2A_BUS_MAX_MESSAGE_BYTES);
+ * undefined when it is serve's default or may come from a --config file.
+ */
+function givenMessageLimit(args: string[]): number | undefined {
+  const given = args.some((a) => /^--?max-message-bytes(?:=|$)/.test(a)) || !!process.env.A2A_BUS_MAX_MESSAGE_BYTES;
+  return given ? messageLimit(args) : undefined;
+}
 
 /**
  * The message limit a broker started with these args has:

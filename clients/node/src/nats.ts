@@ -40,6 +40,12 @@ export interface NatsOptions {
   /** --data-dir; undefined passes none (serve's default, the platform's state folder), "" keeps tasks in memory. */
   dataDir: string | undefined;
   args: string[];
+  /**
+   * The message limit of a sidecar this host starts, when its args or
+   * environment say it; undefined: derived from the server's payload
+   * limit (as for a broker it joined).
+   */
+  messageLimit?: number;
   callTimeoutMs: number;
   /** How long the broker has to answer a health check before it is taken for dead (ms). */
   healthTimeoutMs: number;
@@ -434,8 +440,10 @@ export class NatsBus implements Bus {
       if (signal?.aborted && err === signal.reason) throw err;
       if (this.closed) throw new ClosedError("the host is closed");
       if (/max_payload/i.test(String((err as Error)?.message))) {
-        // Over the server's payload limit: it never left; it never will.
-        throw tooLarge(method, body.length, nc.info?.max_payload ?? 0);
+        // Over the server's payload limit, and so over the broker's
+        // message limit, which is what the caller can act on: it never
+        // left; it never will.
+        throw tooLarge(method, body.length, this.messageLimit(nc));
       }
       throw new UnavailableError(`${method}: ${(err as Error).message}`, { cause: err });
     } finally {
@@ -473,6 +481,17 @@ export class NatsBus implements Bus {
   /** The connection file's content of the broker now joined. */
   connection(): ConnectionInfo | undefined {
     return this.link?.info;
+  }
+
+  /**
+   * The broker's message limit: the one a sidecar this host started was
+   * given, when its args say it; else what the server's payload limit
+   * says of it (docs/PROTOCOL.md §11).
+   */
+  private messageLimit(nc: NatsConnection): number {
+    const link = this.link;
+    if (this.o.messageLimit !== undefined && link !== undefined && this.owns(link)) return this.o.messageLimit;
+    return messageLimitOfPayload(nc.info?.max_payload ?? 0);
   }
 
   /** The broker's process id while the host is on it; undefined while it is away. */
@@ -661,6 +680,20 @@ class NatsSession implements SessionLink {
     if (c && !c.nc.isClosed()) await c.nc.close().catch(() => {});
     this.bus.forget(this);
   }
+}
+
+const MiB = 1 << 20;
+
+/**
+ * The message limit M of a broker whose payload limit is p: p is 8 × M
+ * within 8 and 64 MiB (docs/PROTOCOL.md §11), so M is p / 8 between
+ * them; at 8 MiB it is at most 1 MiB (the default, said: a smaller one
+ * is not seen), at 64 MiB at most 16 MiB (the largest).
+ */
+export function messageLimitOfPayload(p: number): number {
+  if (p <= 8 * MiB) return MiB;
+  if (p >= 64 * MiB) return 16 * MiB;
+  return Math.floor(p / 8);
 }
 
 /** A link that calls may use: up, and not being dropped. */
