@@ -3,7 +3,7 @@ import { EventEmitter } from "node:events";
 import { A2ABusError, ClosedError, Codes } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
-import type { HostEvents, Tell } from "./events.js";
+import type { HostEvents, Tell } from "./host-events.js";
 import { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 import { NatsBus, type NatsMode } from "./nats.js";
 import { PipeBus } from "./pipe.js";

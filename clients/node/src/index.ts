@@ -1,7 +1,7 @@
 export { Host, type HostOptions } from "./host.js";
 export { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 export { DEFAULT_CALL_TIMEOUT_MS } from "./deadline.js";
-export type { HostEvents, BrokerExitEvent, RejoinedEvent, ResyncEvent, RenamedEvent, LostEvent } from "./events.js";
+export type { HostEvents, BrokerExitEvent, RejoinedEvent, ResyncEvent, RenamedEvent, LostEvent } from "./host-events.js";
 export {
   Session,
   Delegate,

@@ -15,7 +15,7 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
-import { tellNothing, type BrokerExitEvent, type Tell } from "./events.js";
+import { tellNothing, type BrokerExitEvent, type Tell } from "./host-events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { stderrLines } from "./lines.js";
 import { startFailure, type StartExit } from "./start.js";

@@ -11,7 +11,7 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
-import { tellNothing, type Tell } from "./events.js";
+import { tellNothing, type Tell } from "./host-events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { LineSplitter, stderrLines } from "./lines.js";
 import { startFailure, type StartExit } from "./start.js";

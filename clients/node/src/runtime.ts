@@ -3,7 +3,7 @@ import { randomUUID } from "node:crypto";
 import { ClosedError, RefusedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
-import { tellNothing, type Tell } from "./events.js";
+import { tellNothing, type Tell } from "./host-events.js";
 import { DEFAULT_CHECK_MS, Feed, type Gap } from "./feed.js";
 import { Mutex, positive, sleep } from "./util.js";
 import type {
