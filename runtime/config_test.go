@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no retry", runtime.Config{Retry: runtime.Retry{Attempts: 1}}, ""},
 		{"the same wait every time", runtime.Config{Retry: runtime.Retry{Attempts: 4, Backoff: time.Millisecond}}, ""},
 		{"a negative queue", runtime.Config{Queue: -1}, "Config.Queue"},
+		{"a negative call timeout", runtime.Config{CallTimeout: -time.Second}, "Config.CallTimeout"},
 		{"a retry of no attempt", runtime.Config{Retry: runtime.Retry{Backoff: time.Second}}, "Retry.Attempts"},
 		{"a negative backoff", runtime.Config{Retry: runtime.Retry{Attempts: 2, Backoff: -time.Second}}, "backoff is negative"},
 		{"a cap below the first wait", runtime.Config{Retry: runtime.Retry{Attempts: 2, Backoff: time.Second, MaxBackoff: time.Millisecond}}, "MaxBackoff"},

@@ -267,14 +267,16 @@ func (d *Delegate) taskCall(ctx context.Context, method string, params func(toke
 }
 
 // change makes a call that changes a task and answers it, retried while
-// its answer is lost: params must build the same change, with the same
-// key, every time.
+// its answer is lost, within the call's deadline: params must build the
+// same change, with the same key, every time.
 func (d *Delegate) change(ctx context.Context, method string, params func(token string) any) (*wire.Task, error) {
 	var t *wire.Task
-	err := d.r.retry(ctx, func() error {
-		var err error
-		t, err = d.taskCall(ctx, method, params)
-		return err
+	err := d.r.bounded(ctx, func(ctx context.Context) error {
+		return d.r.retry(ctx, func() error {
+			var err error
+			t, err = d.taskCall(ctx, method, params)
+			return err
+		})
 	})
 	return t, err
 }
@@ -295,22 +297,28 @@ func keyed(msg wire.Message) wire.Message {
 // following the broker's pages.
 func (d *Delegate) Peers(ctx context.Context) ([]wire.AgentCard, error) {
 	var all []wire.AgentCard
-	p := wire.ListAgentsParams{PageParams: wire.PageParams{PageSize: wire.MaxPageSize}}
-	for {
-		var res wire.ListAgentsResult
-		err := d.callWithToken(ctx, func(token string) error {
-			p.Token = token
-			return d.r.call(ctx, wire.MethodListAgents, p, &res)
-		})
-		if err != nil {
-			return nil, err
+	err := d.r.bounded(ctx, func(ctx context.Context) error {
+		p := wire.ListAgentsParams{PageParams: wire.PageParams{PageSize: wire.MaxPageSize}}
+		for {
+			var res wire.ListAgentsResult
+			err := d.callWithToken(ctx, func(token string) error {
+				p.Token = token
+				return d.r.call(ctx, wire.MethodListAgents, p, &res)
+			})
+			if err != nil {
+				return err
+			}
+			all = append(all, res.Agents...)
+			if res.NextPageToken == "" {
+				return nil
+			}
+			p.PageToken = res.NextPageToken
 		}
-		all = append(all, res.Agents...)
-		if res.NextPageToken == "" {
-			return all, nil
-		}
-		p.PageToken = res.NextPageToken
+	})
+	if err != nil {
+		return nil, err
 	}
+	return all, nil
 }
 
 // Peer returns the card of the live agent id, as Peers would list it; nil,
@@ -322,21 +330,23 @@ func (d *Delegate) Peer(ctx context.Context, id string) (*wire.AgentCard, error)
 		return nil, nil
 	}
 	p := wire.ListAgentsParams{AgentID: id}
-	var res wire.ListAgentsResult
-	err := d.callWithToken(ctx, func(token string) error {
-		p.Token = token
-		return d.r.call(ctx, wire.MethodListAgents, p, &res)
+	var cards []wire.AgentCard
+	err := d.r.bounded(ctx, func(ctx context.Context) error {
+		var res wire.ListAgentsResult
+		err := d.callWithToken(ctx, func(token string) error {
+			p.Token = token
+			return d.r.call(ctx, wire.MethodListAgents, p, &res)
+		})
+		cards = res.Agents
+		if err == nil && res.NextPageToken != "" {
+			// A broker that does not know agentId answered the list's
+			// first page: walk the list.
+			cards, err = d.Peers(ctx)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
-	}
-	cards := res.Agents
-	if res.NextPageToken != "" {
-		// A broker that does not know agentId answered the list's first
-		// page: walk the list.
-		if cards, err = d.Peers(ctx); err != nil {
-			return nil, err
-		}
 	}
 	for i := range cards {
 		if cards[i].AgentID == id {
@@ -353,7 +363,8 @@ func (d *Delegate) Peer(ctx context.Context, id string) (*wire.AgentCard, error)
 // Send, Push, Reply, Update and Cancel are retry-safe: each call carries
 // an idempotency key (the message's messageId when the caller set one,
 // else a new one; docs/PROTOCOL.md §4.11) and is tried again with it
-// while its answer is lost (Config.Retry). A caller that sets messageId
+// while its answer is lost (Config.Retry), within Config.CallTimeout in
+// all. A caller that sets messageId
 // itself says "this is one intent": a second call with the same id and
 // content returns the first call's task, and the same id with other
 // content fails with -32602. Leave it empty for a new message each call.
@@ -375,9 +386,11 @@ func (d *Delegate) Send(ctx context.Context, to string, msg wire.Message, metada
 func (d *Delegate) Push(ctx context.Context, to string, msg wire.Message) (string, error) {
 	var res wire.SendResult
 	msg = keyed(msg)
-	err := d.r.retry(ctx, func() error {
-		return d.callWithToken(ctx, func(token string) error {
-			return d.r.call(ctx, wire.MethodSend, wire.SendParams{Token: token, To: to, Message: &msg, Oneway: true}, &res)
+	err := d.r.bounded(ctx, func(ctx context.Context) error {
+		return d.r.retry(ctx, func() error {
+			return d.callWithToken(ctx, func(token string) error {
+				return d.r.call(ctx, wire.MethodSend, wire.SendParams{Token: token, To: to, Message: &msg, Oneway: true}, &res)
+			})
 		})
 	})
 	return res.Delivered, err
@@ -393,9 +406,15 @@ func (d *Delegate) Reply(ctx context.Context, taskID string, msg wire.Message) (
 
 // Task reads a task the delegate is a member of.
 func (d *Delegate) Task(ctx context.Context, taskID string) (*wire.Task, error) {
-	return d.taskCall(ctx, wire.MethodGetTask, func(token string) any {
-		return wire.TaskParams{Token: token, TaskID: taskID}
+	var t *wire.Task
+	err := d.r.bounded(ctx, func(ctx context.Context) error {
+		var err error
+		t, err = d.taskCall(ctx, wire.MethodGetTask, func(token string) any {
+			return wire.TaskParams{Token: token, TaskID: taskID}
+		})
+		return err
 	})
+	return t, err
 }
 
 // getTask reads a task without counting it as seen.
@@ -413,7 +432,12 @@ func (d *Delegate) getTask(ctx context.Context, taskID string) (*wire.Task, erro
 // Tasks lists the delegate's tasks, oldest first, following the
 // broker's pages; state and role ("requester", "assignee") may be empty.
 func (d *Delegate) Tasks(ctx context.Context, state wire.State, role wire.ListRole) ([]*wire.Task, error) {
-	tasks, err := d.listTasks(ctx, state, role)
+	var tasks []*wire.Task
+	err := d.r.bounded(ctx, func(ctx context.Context) error {
+		var err error
+		tasks, err = d.listTasks(ctx, state, role)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -429,9 +453,11 @@ func (d *Delegate) Tasks(ctx context.Context, state wire.State, role wire.ListRo
 func (d *Delegate) TasksPage(ctx context.Context, state wire.State, role wire.ListRole, size int, token string) ([]*wire.Task, string, error) {
 	p := wire.ListTasksParams{State: state, Role: role, PageParams: wire.PageParams{PageSize: size, PageToken: token}}
 	var res wire.ListTasksResult
-	err := d.callWithToken(ctx, func(tok string) error {
-		p.Token = tok
-		return d.r.call(ctx, wire.MethodListTasks, p, &res)
+	err := d.r.bounded(ctx, func(ctx context.Context) error {
+		return d.callWithToken(ctx, func(tok string) error {
+			p.Token = tok
+			return d.r.call(ctx, wire.MethodListTasks, p, &res)
+		})
 	})
 	if err != nil {
 		return nil, "", err
@@ -496,7 +522,9 @@ func (d *Delegate) Settle(ctx context.Context) error {
 	d.leaving = true // no call may register it again from now on
 	token := d.token
 	d.mu.Unlock()
-	callErr := d.r.call(ctx, wire.MethodDeregister, wire.TokenParams{Token: token}, nil)
+	callErr := d.r.bounded(ctx, func(ctx context.Context) error {
+		return d.r.call(ctx, wire.MethodDeregister, wire.TokenParams{Token: token}, nil)
+	})
 	if callErr != nil && !errors.Is(callErr, wire.ErrUnauthorized) {
 		d.mu.Lock()
 		d.leaving = false // still registered: it may try again

@@ -147,6 +147,43 @@ func TestAChangeIsRetriedABoundedNumberOfTimes(t *testing.T) {
 	assert.Equal(t, 1, e.count(t), "and still one task")
 }
 
+// TestAChangeEndsAtItsCallTimeout: every answer is lost and the retry
+// would go on for ever; the call, made with a context that never ends,
+// fails at the runtime's CallTimeout with an unavailable error, not after
+// its attempts.
+func TestAChangeEndsAtItsCallTimeout(t *testing.T) {
+	e := newFaultEnv(t)
+	sess, err := e.bus.Session(ctxT(t), "s1")
+	require.NoError(t, err)
+	loss := &losingSession{Session: sess}
+	rt, err := runtime.New(ctxT(t), loss, runtime.Config{
+		Retry:       runtime.Retry{Attempts: 1 << 30, Backoff: 10 * time.Millisecond},
+		CallTimeout: 500 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	e.rts["s1"] = rt
+	asker, err := rt.Spawn(ctxT(t), wire.AgentCard{Name: "asker"})
+	require.NoError(t, err)
+	_, err = e.runtime(t, "s2").Spawn(ctxT(t), wire.AgentCard{Name: "worker"})
+	require.NoError(t, err)
+
+	loss.loseNext(1<<30, wire.MethodSend)
+	_, err = asker.Send(context.Background(), "worker", wire.Message{Parts: []wire.Part{wire.TextPart("job")}}, nil)
+	require.ErrorIs(t, err, transport.ErrUnavailable)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "ended by the call's deadline, not its attempts")
+	assert.Contains(t, err.Error(), "CallTimeout")
+	loss.mu.Lock()
+	assert.Greater(t, loss.lost, 1, "the change was tried again within its deadline")
+	loss.mu.Unlock()
+	assert.Equal(t, 1, e.count(t), "and applied once")
+
+	// A caller's context that ends sooner ends it sooner, with its own error.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = asker.Send(ctx, "worker", wire.Message{Parts: []wire.Part{wire.TextPart("job 2")}}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
 // A delegate that sends on a message it received (which carries the
 // broker's messageId) sends a new message: to two peers, two tasks; to the
 // same peer after a failure, a new task.

@@ -43,15 +43,33 @@ type Config struct {
 	// Logger receives the runtime's logs. nil discards them.
 	Logger *slog.Logger
 	// Retry bounds how a change (a send, a reply, an update, a cancel)
-	// whose answer was lost is tried again. The zero value is
-	// DefaultRetry; Retry{Attempts: 1} never tries again.
+	// whose answer was lost is tried again, within CallTimeout. The zero
+	// value is DefaultRetry; Retry{Attempts: 1} never tries again.
 	Retry Retry
+	// CallTimeout bounds each call of a delegate's as a whole (Spawn,
+	// Send, Push, Reply, Update, Cancel, Task, Tasks, TasksPage, Peers,
+	// Peer, Settle): its waits for a broker that is away and its retries
+	// included. A call still unanswered then fails with an error that is
+	// transport.ErrUnavailable (a change may or may not have been
+	// applied; sent again with its messageId it is applied once) and
+	// context.DeadlineExceeded. A ctx that ends sooner ends it sooner;
+	// Wait is not bounded. 0 means DefaultCallTimeout.
+	CallTimeout time.Duration
 }
+
+// DefaultCallTimeout is Config.CallTimeout's default: long enough for a
+// broker to restart (a sidecar or a pipe child is back within a second)
+// and a change to be retried across it, short enough that a user whose
+// broker is gone hears so within seconds, not minutes.
+const DefaultCallTimeout = 10 * time.Second
 
 // Validate reports the first setting of cfg that is out of range.
 func (cfg Config) Validate() error {
 	if cfg.Queue < 0 {
 		return fmt.Errorf("runtime: Config.Queue is %d: want 0 (DefaultQueue) or more", cfg.Queue)
+	}
+	if cfg.CallTimeout < 0 {
+		return fmt.Errorf("runtime: Config.CallTimeout is %v: want 0 (DefaultCallTimeout) or more", cfg.CallTimeout)
 	}
 	if err := cfg.Retry.validate(); err != nil {
 		return err
@@ -100,6 +118,8 @@ type Runtime struct {
 	log  *slog.Logger
 	sess transport.Session
 	feed *Feed
+	// expired is the cause of a call's context whose CallTimeout passed.
+	expired error
 
 	ctx    context.Context // canceled by Close; the pump runs under it
 	cancel context.CancelFunc
@@ -133,8 +153,12 @@ func New(ctx context.Context, sess transport.Session, cfg Config) (*Runtime, err
 	if cfg.Retry == (Retry{}) {
 		cfg.Retry = DefaultRetry
 	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger.With("session", sess.ID()), sess: sess, done: make(chan struct{}),
-		byID: map[string]*Delegate{}, delegates: map[*Delegate]struct{}{}}
+		byID: map[string]*Delegate{}, delegates: map[*Delegate]struct{}{},
+		expired: &callTimeout{cfg.CallTimeout}}
 	fcfg := cfg.Feed
 	if fcfg.Logger == nil {
 		fcfg.Logger = r.log
@@ -255,7 +279,7 @@ func (r *Runtime) SpawnInstance(ctx context.Context, card wire.AgentCard, instan
 	}
 	card.AgentID, card.ContextID, card.RegisteredAt = "", "", nil
 	d := &Delegate{r: r, instance: instanceID, asked: card.Name, card: card, seen: map[string]known{}, lost: map[string]uint64{}, wake: make(chan struct{}, 1), dead: make(chan struct{})}
-	if err := r.admit(ctx, d); err != nil {
+	if err := r.bounded(ctx, func(ctx context.Context) error { return r.admit(ctx, d) }); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -357,6 +381,33 @@ func (r *Runtime) close(settle bool) error {
 	r.feed.Close()
 	r.failAll(ErrClosed)
 	return r.sess.Close()
+}
+
+// callTimeout is the error of a call whose CallTimeout passed: the broker
+// is unavailable, and the call's deadline exceeded.
+type callTimeout struct{ d time.Duration }
+
+func (e *callTimeout) Error() string {
+	return fmt.Sprintf("%v: no answer within %v (runtime.Config.CallTimeout)", transport.ErrUnavailable, e.d)
+}
+
+func (e *callTimeout) Unwrap() []error {
+	return []error{transport.ErrUnavailable, context.DeadlineExceeded}
+}
+
+// bounded runs one call of a caller's within CallTimeout, its waits and
+// retries included: past it, the call fails with transport.ErrUnavailable
+// (and context.DeadlineExceeded). ctx ending sooner ends it sooner.
+func (r *Runtime) bounded(ctx context.Context, call func(ctx context.Context) error) error {
+	cctx, cancel := context.WithTimeoutCause(ctx, r.cfg.CallTimeout, r.expired)
+	defer cancel()
+	err := call(cctx)
+	if err != nil && ctx.Err() == nil && context.Cause(cctx) == r.expired && !errors.Is(err, r.expired) &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, transport.ErrUnavailable)) {
+		// The deadline passed during an attempt or a wait for the broker.
+		return fmt.Errorf("%w: %w", r.expired, err)
+	}
+	return err
 }
 
 // retry runs a change until it is answered, or fails for another reason

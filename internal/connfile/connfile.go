@@ -59,6 +59,11 @@ type Claim struct {
 	once sync.Once
 }
 
+// lockTries bounds how often Lock takes the lock file again because the
+// file it locked was removed or replaced meanwhile (a broker releasing
+// it as this one took it): past it, another broker is taken to hold it.
+const lockTries = 8
+
 // Lock takes path for this broker before it starts: it refuses when a
 // live broker holds it (its lock is taken, or the broker it names runs
 // and accepts connections) and will replace a stale one. The folder is
@@ -97,7 +102,34 @@ func Lock(path string) (*Claim, error) {
 // holds it. The file is opened without following a symlink (following it
 // would create or open a file of the symlink's choosing), and must be the
 // user's own. gofrs/flock is flock(2) on Unix and LockFileEx on Windows.
+//
+// Release removes the lock file, so a file locked here may have been
+// removed (or replaced by another broker's) between its opening and its
+// locking: a lock on it holds nothing. The lock counts only when the path
+// still names the file locked; else it is taken again.
 func takeLock(path string) (*flock.Flock, error) {
+	for range lockTries {
+		lock, err := lockOnce(path)
+		if lock == nil || err != nil {
+			return nil, err
+		}
+		fi, ferr := lock.Stat()
+		pfi, perr := os.Lstat(path)
+		if ferr == nil && perr == nil && os.SameFile(fi, pfi) {
+			return lock, nil
+		}
+		lock.Close()
+	}
+	return nil, nil
+}
+
+// lockOnce is takeLockOnce; a test makes a file go between its locking
+// and its check.
+var lockOnce = takeLockOnce
+
+// takeLockOnce is one attempt of takeLock's, not checking that the file
+// locked is still the one at path.
+func takeLockOnce(path string) (*flock.Flock, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
 		return nil, untrusted(path, "it is a symlink")
 	}
@@ -131,10 +163,13 @@ func (c *Claim) Path() string { return c.path }
 // Write writes info, mode 0600, replacing the file atomically.
 func (c *Claim) Write(info Info) error { return write(c.path, info) }
 
-// Release removes the file and lets the lock go; call it on clean
-// shutdown. The lock file stays: removing it while locked would let a
-// second broker lock a new file beside a first one still running.
-// Idempotent.
+// Release removes the file and the lock file, and lets the lock go;
+// call it on clean shutdown. The lock file is removed while it is still
+// locked where the platform allows it (Unix), else (Windows, which does
+// not remove an open file) once it is closed, unless another broker has
+// opened it by then: that one keeps it. A broker that locked the removed
+// file meanwhile finds it no longer at the path, and takes the lock
+// again (takeLock). Idempotent.
 func (c *Claim) Release() error {
 	var err error
 	c.once.Do(func() {
@@ -142,7 +177,12 @@ func (c *Claim) Release() error {
 		if errors.Is(err, os.ErrNotExist) {
 			err = nil
 		}
+		lockPath := c.path + ".lock"
+		removed := os.Remove(lockPath) == nil
 		c.lock.Close()
+		if !removed {
+			os.Remove(lockPath) // best effort: a lock file left is harmless
+		}
 	})
 	return err
 }

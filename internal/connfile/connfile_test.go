@@ -141,6 +141,15 @@ func TestLockWriteRelease(t *testing.T) {
 	require.NoError(t, c.Release())
 	_, err = os.Stat(path)
 	assert.ErrorIs(t, err, os.ErrNotExist)
+	_, err = os.Lstat(path + ".lock")
+	assert.ErrorIs(t, err, os.ErrNotExist, "no lock file is left behind")
+
+	// The next broker takes the path as the first did.
+	c, err = connfile.Lock(path)
+	require.NoError(t, err)
+	_, err = connfile.Lock(path)
+	assert.ErrorIs(t, err, connfile.ErrRunning, "the new lock is held")
+	require.NoError(t, c.Release())
 }
 
 func TestStaleFileIsReplacedLiveOneRefused(t *testing.T) {

@@ -6,11 +6,13 @@
 import { app, ipcMain } from "electron";
 import { ClosedError, Host, SettledError } from "@a2a-bus/host";
 
-// With no `binary`, Host.open starts the broker of this platform's
-// package (@a2a-bus/host-darwin-arm64, @a2a-bus/host-win32-x64, ...: the
-// one npm installed beside @a2a-bus/host), from node_modules when the app
-// runs unpackaged and from app.asar.unpacked when it is packaged. The
-// broker is a sidecar that exits with this process.
+// Host.open joins the broker already running for this user (a second
+// instance of the app, or `a2a-bus serve`), else starts, with no
+// `binary`, the broker of this platform's package
+// (@a2a-bus/host-darwin-arm64, @a2a-bus/host-win32-x64, ...: the one npm
+// installed beside @a2a-bus/host), from node_modules when the app runs
+// unpackaged and from app.asar.unpacked when it is packaged. A broker it
+// starts is a sidecar that exits with this process.
 const opening = app.whenReady().then(() => Host.open({ bus: "nats" }));
 opening.catch((err) => console.error("a2a-bus: the host did not open:", err));
 

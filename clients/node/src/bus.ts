@@ -59,8 +59,10 @@ export interface Bus {
   session(id: string): SessionLink;
   /** A host-only call (a2a.sessions.*, a2a.admin.*). */
   callHost(method: string, params: object, signal?: AbortSignal): Promise<any>;
-  /** The broker's process id, when known. */
+  /** The broker's process id while the host is on it; undefined while it is away. */
   pid(): number | undefined;
+  /** Whether the broker the host is on is one it started (close stops it). */
+  started(): boolean;
   /** How many times the host reached a new broker after losing one. */
   rejoins(): number;
   describe(): string;

@@ -101,3 +101,57 @@ export function invalidRequest(method: string, message: string): A2ABusError {
 export function tooLarge(method: string, size: number, limit: number): A2ABusError {
   return invalidRequest(method, `the request is ${size} bytes, over the message limit of ${limit} bytes`);
 }
+
+/**
+ * The broker could not be started (`code` "BROKER_START_FAILED"). When
+ * the binary did not run at all, `cause` is the spawn's error (its `code`
+ * is ENOENT for no such binary, EACCES for one that is not executable);
+ * when it ran and exited before it was ready, `exitCode` or `signal` say
+ * how, and `output` holds its last lines on stderr (empty when it printed
+ * nothing).
+ */
+export class BrokerStartError extends Error {
+  override name = "BrokerStartError";
+  readonly code: "BROKER_START_FAILED" | "BROKER_RUNNING" = "BROKER_START_FAILED";
+  /** Its exit status, when it exited. */
+  readonly exitCode?: number | null;
+  /** The signal that ended it, when one did. */
+  readonly signal?: NodeJS.Signals | null;
+  /** Its last lines on stderr (at most four). */
+  readonly output: string[];
+
+  constructor(message: string, o: { cause?: unknown; exitCode?: number | null; signal?: NodeJS.Signals | null; output?: string[] } = {}) {
+    super(message, o.cause === undefined ? undefined : { cause: o.cause });
+    this.exitCode = o.exitCode;
+    this.signal = o.signal;
+    this.output = o.output ?? [];
+  }
+}
+
+/**
+ * The broker could not be started because another one runs (`code`
+ * "BROKER_RUNNING"): at the connection file (`connectionFile`, and the
+ * running broker's `pid` when its file says it), which a host joins
+ * instead, or on the data dir (`dataDir` true), whose broker a host cannot
+ * find from it. A BrokerStartError too.
+ */
+export class BrokerRunningError extends BrokerStartError {
+  override name = "BrokerRunningError";
+  override readonly code = "BROKER_RUNNING" as const;
+  /** The running broker's connection file, when it is the connection file that is taken. */
+  readonly connectionFile?: string;
+  /** The running broker's process id, when its connection file says it. */
+  readonly pid?: number;
+  /** True when it is the data dir that another broker holds. */
+  readonly dataDir: boolean;
+
+  constructor(
+    message: string,
+    o: { cause?: unknown; exitCode?: number | null; signal?: NodeJS.Signals | null; output?: string[]; connectionFile?: string; pid?: number; dataDir?: boolean } = {},
+  ) {
+    super(message, o);
+    this.connectionFile = o.connectionFile;
+    this.pid = o.pid;
+    this.dataDir = o.dataDir ?? false;
+  }
+}

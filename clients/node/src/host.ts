@@ -1,8 +1,12 @@
-import { ClosedError } from "./errors.js";
+import { EventEmitter } from "node:events";
+
+import { A2ABusError, ClosedError, Codes } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
+import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
+import type { HostEvents, Tell } from "./host-events.js";
 import { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 import { brokerBinary } from "./binary.js";
-import { NatsBus } from "./nats.js";
+import { NatsBus, type NatsMode } from "./nats.js";
 import { PipeBus } from "./pipe.js";
 import { Session, type Retry } from "./runtime.js";
 import { positive } from "./util.js";
@@ -19,8 +23,22 @@ export interface HostOptions {
    */
   binary?: string;
   /**
-   * NATS: the connection file of the broker to join, or, with binary,
-   * where the sidecar writes its own (default: serve's, docs/PROTOCOL.md §2.2).
+   * NATS: how the host comes to its broker.
+   * - "start-or-join" (the default): it joins the broker of the connection
+   *   file when one answers, else it starts one; when that finds a broker
+   *   already running (another app instance started one meanwhile), it
+   *   joins that one. Two hosts opening together end on one broker.
+   * - "start": it starts one, and fails with BrokerRunningError when one
+   *   runs at the connection file.
+   * - "join": it joins the broker of the connection file, and fails when
+   *   none answers. The default when connectionFile is given without binary.
+   */
+  broker?: "start-or-join" | "start" | "join";
+  /**
+   * NATS: the connection file of the broker to join, and where a sidecar
+   * this host starts writes its own (default: serve's, docs/PROTOCOL.md
+   * §2.2). Given without binary (and no broker option), the host only
+   * joins.
    */
   connectionFile?: string;
   /**
@@ -39,14 +57,25 @@ export interface HostOptions {
    * - a path: that folder.
    *
    * One data dir serves one broker at a time: a second broker started on
-   * it is refused, and open fails saying so. Join the running broker with
-   * its connection file (bus "nats", `connectionFile`, no `binary`), or
-   * give this host its own dataDir. Ignored when the host joins.
+   * it is refused, and open fails saying so (BrokerRunningError). Join the
+   * running broker with its connection file (bus "nats", `connectionFile`,
+   * no `binary`), or give this host its own dataDir. Ignored when the host
+   * joins.
    */
   dataDir?: string;
   /** More `serve` flags for a broker this host starts (`--max-tasks-per-context=8`). */
   args?: string[];
-  /** How long a call waits for its answer before it counts as lost (ms, default 30 000). */
+  /**
+   * How long a call may take in all (ms, default 10 000): a delegate's
+   * call (spawn, send, push, reply, get, list, update, cancel, settle,
+   * peers), host.session and host.callHost, with every retry of it and
+   * every wait for a broker that is away. Past it the call fails with
+   * UnavailableError (a change may or may not have been applied: sent
+   * again with its messageId it is applied once). A signal given to the
+   * call ends it sooner. A host that would rather wait out a broker that
+   * is stuck (found and replaced within about twice healthTimeoutMs) sets
+   * it longer than that.
+   */
   callTimeoutMs?: number;
   /**
    * How long the broker has to answer a health check (a2a.admin.info)
@@ -82,58 +111,102 @@ export interface HostOptions {
 
 /**
  * A host's handle on the broker: it starts or joins it, rejoins it when it
- * restarts, and gives a runtime per chat session.
+ * restarts, and gives a runtime per chat session. It emits what happens
+ * to its broker and sessions (HostEvents): `brokerExit`, `rejoined`,
+ * `resync`, `renamed`, `lost`.
  *
  * ```js
- * const host = await Host.open({ bus: "nats", binary: "a2a-bus" });
+ * const host = await Host.open(); // joins the running broker, or starts one
+ * host.on("brokerExit", (ev) => console.warn("broker gone:", ev.reason));
  * const chat = await host.session("chat-1");
  * const d = await chat.spawn({ name: "discussant" });
  * ```
  */
-export class Host {
+export class Host extends EventEmitter<HostEvents> {
   private sessions = new Set<Session>();
   private closed = false;
+  /** @internal */ readonly bus: Bus;
+  private readonly callTimeoutMs: number;
 
   private constructor(
-    /** @internal */ readonly bus: Bus,
     private readonly o: HostOptions,
-  ) {}
+    bus: (tell: Tell) => Bus,
+  ) {
+    super();
+    this.callTimeoutMs = positive(o.callTimeoutMs, DEFAULT_CALL_TIMEOUT_MS);
+    this.bus = bus(this.tell);
+  }
 
   static async open(o: HostOptions = {}): Promise<Host> {
     const kind = o.bus ?? "nats";
     const common = {
       dataDir: o.dataDir, // undefined: no --data-dir, serve's default
       args: o.args ?? [],
-      callTimeoutMs: positive(o.callTimeoutMs, 30_000),
+      callTimeoutMs: positive(o.callTimeoutMs, DEFAULT_CALL_TIMEOUT_MS),
       healthTimeoutMs: positive(o.healthTimeoutMs, DEFAULT_HEALTH_TIMEOUT_MS),
       logger: o.logger ?? quiet,
     };
-    let bus: PipeBus | NatsBus;
+    let host: Host;
     if (kind === "pipe") {
-      bus = new PipeBus({ ...common, command: [o.binary ?? brokerBinary()], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) });
+      host = new Host(o, (tell) => new PipeBus({ ...common, tell, command: [o.binary ?? brokerBinary()], maxMessageBytes: messageLimit(common.args), maxLineBytes: lineLimit(common.args) }));
     } else if (kind === "nats") {
-      const join = o.binary === undefined && o.connectionFile !== undefined;
-      bus = new NatsBus({ ...common, command: join ? undefined : [o.binary ?? brokerBinary()], connectionFile: o.connectionFile });
+      const mode = natsMode(o);
+      host = new Host(
+        o,
+        (tell) =>
+          new NatsBus({
+            ...common,
+            tell,
+            mode,
+            command: mode === "join" ? undefined : [o.binary ?? brokerBinary()],
+            connectionFile: o.connectionFile,
+            messageLimit: givenMessageLimit(common.args),
+          }),
+      );
     } else {
       throw new TypeError(`unknown bus ${JSON.stringify(kind)} (want nats or pipe)`);
     }
+    const bus = host.bus as PipeBus | NatsBus;
     try {
       await bus.start();
     } catch (err) {
       await bus.close(); // a child that started is stopped, and not started again
-      throw explainStart(err);
+      throw err;
     }
-    return new Host(bus, o);
+    return host;
   }
+
+  /** Emits an event for the bus and the sessions; a listener that throws does not disturb them. */
+  private readonly tell: Tell = (name, ev) => {
+    try {
+      (this.emit as (name: string, ev: unknown) => boolean)(name, ev);
+    } catch (err) {
+      process.nextTick(() => {
+        throw err;
+      });
+    }
+  };
 
   /** "nats" or "pipe". */
   get kind(): "nats" | "pipe" {
     return this.bus.kind;
   }
 
-  /** The broker's process id, when known. */
+  /**
+   * The broker's process id while the host is on it: undefined from when
+   * the host knows it gone (its process exited, its connection was lost,
+   * it was taken for dead) until the host is on a broker again.
+   */
   get brokerPid(): number | undefined {
     return this.bus.pid();
+  }
+
+  /**
+   * Whether the broker the host is on is one it started, which close
+   * stops; false when it joined one (or is between brokers).
+   */
+  get startedBroker(): boolean {
+    return this.bus.started();
   }
 
   /** How many times the host reached a new broker after losing one. */
@@ -151,13 +224,27 @@ export class Host {
    */
   async session(id: string, opts: { signal?: AbortSignal } = {}): Promise<Session> {
     if (this.closed) throw new ClosedError("the host is closed");
+    const bad = badSessionId(id);
+    if (bad !== undefined) {
+      throw new A2ABusError("host.session", { code: Codes.INVALID_PARAMS, message: `id: ${bad} (a session id is 1 to 256 bytes of UTF-8 without control characters)`, data: { code: "INVALID_PARAMS" } });
+    }
     const link = this.bus.session(id);
     let s: Session;
     try {
-      s = await Session.open(
-        link,
-        { checkMs: this.o.checkMs, retry: this.o.retry, queue: this.o.queue, logger: this.o.logger ?? quiet, onEnd: (s) => this.sessions.delete(s) },
-        opts.signal,
+      s = await withDeadline(this.callTimeoutMs, `session ${id}`, opts.signal, (signal) =>
+        Session.open(
+          link,
+          {
+            checkMs: this.o.checkMs,
+            retry: this.o.retry,
+            queue: this.o.queue,
+            callTimeoutMs: this.callTimeoutMs,
+            logger: this.o.logger ?? quiet,
+            onEnd: (s) => this.sessions.delete(s),
+            tell: this.tell,
+          },
+          signal,
+        ),
       );
     } catch (err) {
       await link.close(false);
@@ -177,7 +264,7 @@ export class Host {
    * method names its params and its result.
    */
   callHost<M extends HostMethod>(method: M, ...[params, opts]: HostCallArgs<M>): Promise<ResultOf<M>> {
-    return this.bus.callHost(method, params ?? {}, opts?.signal) as Promise<ResultOf<M>>;
+    return withDeadline(this.callTimeoutMs, method, opts?.signal, (signal) => this.bus.callHost(method, params ?? {}, signal)) as Promise<ResultOf<M>>;
   }
 
   /**
@@ -192,17 +279,41 @@ export class Host {
   }
 }
 
+/** How a NATS host comes to its broker: as it says, else join a connection file given alone, else start or join. */
+function natsMode(o: HostOptions): NatsMode {
+  switch (o.broker) {
+    case undefined:
+      return o.binary === undefined && o.connectionFile !== undefined ? "join" : "start-or-join";
+    case "start-or-join":
+    case "start":
+    case "join":
+      return o.broker;
+  }
+  throw new TypeError(`unknown broker ${JSON.stringify(o.broker)} (want start-or-join, start or join)`);
+}
+
+/** Why id is no session id (wire.ValidateID), or undefined when it is one. */
+function badSessionId(id: unknown): string | undefined {
+  if (typeof id !== "string") return `not a string (${typeof id})`;
+  if (id === "") return "required";
+  const bytes = Buffer.from(id, "utf8");
+  if (bytes.length > 256) return "longer than 256 bytes";
+  if (bytes.toString("utf8") !== id) return "not valid UTF-8"; // a lone surrogate
+  for (const ch of id) {
+    const c = ch.codePointAt(0)!;
+    if (c < 0x20 || c === 0x7f || (c >= 0x80 && c < 0xa0)) return "contains a control character";
+  }
+  return undefined;
+}
+
 /**
- * A broker that could not start because another holds its data dir says
- * so on stderr ("the data directory is held by another running broker");
- * the error says what to do about it.
+ * The message limit of a broker started with these args when they, or
+ * the environment, say it (--max-message-bytes, A2A_BUS_MAX_MESSAGE_BYTES);
+ * undefined when it is serve's default or may come from a --config file.
  */
-function explainStart(err: unknown): unknown {
-  if (!(err instanceof Error) || !/held by another running broker/.test(err.message)) return err;
-  return new Error(
-    `${err.message}. Another broker runs on this data dir: join it with its connection file (bus "nats", connectionFile, no binary), or give this host its own dataDir ("" keeps tasks in memory)`,
-    { cause: err },
-  );
+function givenMessageLimit(args: string[]): number | undefined {
+  const given = args.some((a) => /^--?max-message-bytes(?:=|$)/.test(a)) || !!process.env.A2A_BUS_MAX_MESSAGE_BYTES;
+  return given ? messageLimit(args) : undefined;
 }
 
 /**

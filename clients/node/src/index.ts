@@ -1,6 +1,8 @@
 export { Host, type HostOptions } from "./host.js";
 export { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 export { brokerBinary } from "./binary.js";
+export { DEFAULT_CALL_TIMEOUT_MS } from "./deadline.js";
+export type { HostEvents, BrokerExitEvent, RejoinedEvent, ResyncEvent as HostResyncEvent, RenamedEvent, LostEvent } from "./host-events.js";
 export {
   Session,
   Delegate,
@@ -20,9 +22,20 @@ export {
   type ListOptions,
   type SpawnOptions,
 } from "./runtime.js";
-export { A2ABusError, UnavailableError, ClosedError, RefusedError, SettledError, Codes, isCode, type Code } from "./errors.js";
+export {
+  A2ABusError,
+  UnavailableError,
+  ClosedError,
+  RefusedError,
+  SettledError,
+  BrokerStartError,
+  BrokerRunningError,
+  Codes,
+  isCode,
+  type Code,
+} from "./errors.js";
 export { Feed, DEFAULT_CHECK_MS, DEFAULT_RETRY_MS, type Gap, type FeedItem } from "./feed.js";
-export { readConnectionFile, type ConnectionInfo } from "./connfile.js";
+export { readConnectionFile, defaultConnectionFile, defaultStateDir, type ConnectionInfo } from "./connfile.js";
 export { subjectToken } from "./util.js";
 export type { Logger, Notification } from "./bus.js";
 export type { DelegateEvent, TaskChangeEvent, PushEvent, ResyncEvent } from "./events.js";

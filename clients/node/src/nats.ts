@@ -4,8 +4,8 @@ import { isAbsolute } from "node:path";
 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 
-import { A2ABusError, ClosedError, RefusedError, UnavailableError, tooLarge } from "./errors.js";
-import { readConnectionFile, type ConnectionInfo } from "./connfile.js";
+import { A2ABusError, BrokerRunningError, ClosedError, RefusedError, UnavailableError, tooLarge } from "./errors.js";
+import { defaultConnectionFile, readConnectionFile, type ConnectionInfo } from "./connfile.js";
 import {
   SUBSCRIPTION_QUEUE,
   resultOf,
@@ -15,22 +15,43 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
+import { tellNothing, type BrokerExitEvent, type Tell } from "./host-events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { stderrLines } from "./lines.js";
+import { startFailure, type StartExit } from "./start.js";
 import { Queue, raceAbort, sleep, subjectToken } from "./util.js";
 
+/**
+ * How the host comes to its broker:
+ * - "join": the broker of the connection file, which must answer;
+ * - "start": a sidecar it starts (command), which fails when one runs;
+ * - "start-or-join": the broker of the connection file when one answers,
+ *   else a sidecar it starts; when that finds a broker already running
+ *   (another host started one meanwhile), that one.
+ */
+export type NatsMode = "join" | "start" | "start-or-join";
+
 export interface NatsOptions {
-  /** Start this sidecar (its command line; serve's args are appended), or join. */
+  mode: NatsMode;
+  /** The sidecar to start (its command line; serve's args are appended); modes start and start-or-join. */
   command?: string[];
-  /** The connection file: the sidecar's (--connection-file), or the one to join. */
+  /** The connection file: the sidecar's (--connection-file), or the one to join; undefined: serve's default. */
   connectionFile?: string;
   /** --data-dir; undefined passes none (serve's default, the platform's state folder), "" keeps tasks in memory. */
   dataDir: string | undefined;
   args: string[];
+  /**
+   * The message limit of a sidecar this host starts, when its args or
+   * environment say it; undefined: derived from the server's payload
+   * limit (as for a broker it joined).
+   */
+  messageLimit?: number;
   callTimeoutMs: number;
   /** How long the broker has to answer a health check before it is taken for dead (ms). */
   healthTimeoutMs: number;
   logger: Logger;
+  /** Where the bus tells its host that the broker went, and that it is on one again. */
+  tell?: Tell;
 }
 
 interface Link {
@@ -41,12 +62,27 @@ interface Link {
   child?: ChildProcess;
   /** Watches the broker while the link is up. */
   dog?: Watchdog;
-  /** The broker did not answer a health check: the link is being dropped. */
-  dead?: boolean;
+  /** The broker did not answer a health check: the link is being dropped, for this reason. */
+  dead?: string;
+}
+
+/** How a sidecar this host started ended. */
+interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
 }
 
 /** How long a dial may take, the server's greeting included. */
 const DIAL_TIMEOUT_MS = 2000;
+
+/**
+ * How long open waits for a broker that another host is starting (it
+ * holds the connection file's lock, and has not written the file yet).
+ */
+const START_OR_JOIN_MS = 30_000;
+
+/** How long a lost link waits for the exit of the sidecar it was on, for the brokerExit event. */
+const EXIT_WAIT_MS = 2000;
 
 const enc = new TextEncoder();
 
@@ -56,12 +92,13 @@ const enc = new TextEncoder();
  * (a2a.sessions.open), whose inbox prefix is `_INBOX.<T>`
  * (docs/PROTOCOL.md §2.2). When the broker goes away the host reads its
  * connection file again until it names a live broker (restarting the
- * sidecar first when it is the host's own child) and reconnects; each
- * session opens its credential again on first use. A broker that is alive
- * but does not answer a health check within healthTimeoutMs (checked when
- * a call stalls, and every 10 s while it says nothing) is taken for gone
- * likewise: its connections are dropped, and a sidecar the host started is
- * killed (SIGKILL) first, so that it is started again.
+ * sidecar first when it is the host's own child; starting one when it may
+ * start one and none answers) and reconnects; each session opens its
+ * credential again on first use. A broker that is alive but does not
+ * answer a health check within healthTimeoutMs (checked when a call
+ * stalls, and every 10 s while it says nothing) is taken for gone
+ * likewise: its connections are dropped, and a sidecar the host started
+ * is killed (SIGKILL) first, so that it is started again.
  */
 export class NatsBus implements Bus {
   readonly kind = "nats" as const;
@@ -70,8 +107,10 @@ export class NatsBus implements Bus {
   private setLink!: (l: Link) => void;
   private gen = 0;
   private closed = false;
-  private child?: ChildProcess;
+  private child?: ChildProcess; // the sidecar this host started, while it runs or starts
   private childExited?: Promise<void>;
+  private exits = new WeakMap<ChildProcess, Promise<Exit>>();
+  private relaunching = false; // a restart of the sidecar is due
   private path?: string;
   private sessions = new Set<NatsSession>();
   private backoff = 50;
@@ -79,23 +118,77 @@ export class NatsBus implements Bus {
   private readonly stopping = new AbortController(); // aborted by close
   private relaunches = 0; // how many times the sidecar came up again
   private nudge?: AbortController; // aborted when the sidecar is up again: the rejoin dials at once
+  private readonly tell: Tell;
 
   constructor(private readonly o: NatsOptions) {
     this.linkUp = new Promise((r) => (this.setLink = r));
+    this.tell = o.tell ?? tellNothing;
   }
 
   async start(): Promise<void> {
-    if (this.o.command) {
-      this.path = await this.launch();
-    } else {
-      if (!this.o.connectionFile) throw new Error("nats: give a connection file to join, or a binary to start");
-      this.path = this.o.connectionFile;
+    switch (this.o.mode) {
+      case "join":
+        this.path = this.o.connectionFile ?? (await defaultConnectionFile());
+        this.up(await this.dial());
+        return;
+      case "start":
+        this.path = await this.launch();
+        this.up(await this.dial());
+        return;
+      case "start-or-join":
+        this.up(await this.startOrJoin());
     }
-    const link = await this.dial();
-    this.up(link);
   }
 
-  /** Starts the sidecar and resolves with the path of its connection file. */
+  /**
+   * Joins the broker of the connection file when it answers, else starts
+   * one. A start refused because a broker now runs at the connection file
+   * (another host started it meanwhile: two app instances opening
+   * together) joins that one once it answers; until it does, or
+   * START_OR_JOIN_MS have passed, both are tried again.
+   */
+  private async startOrJoin(): Promise<Link> {
+    this.path = this.o.connectionFile ?? (await defaultConnectionFile());
+    const end = Date.now() + START_OR_JOIN_MS;
+    let wait = 50;
+    for (;;) {
+      let joinErr: unknown;
+      try {
+        return await this.dial();
+      } catch (err) {
+        joinErr = err;
+      }
+      let running: BrokerRunningError;
+      try {
+        this.path = await this.launch();
+        return await this.dial(); // ours: it wrote its file
+      } catch (err) {
+        if (!(err instanceof BrokerRunningError) || err.connectionFile === undefined) throw err;
+        running = err;
+      }
+      this.path = running.connectionFile!;
+      if (Date.now() + wait > end) {
+        throw new BrokerRunningError(`${running.message}; it did not answer within ${START_OR_JOIN_MS} ms: ${(joinErr as Error)?.message}`, {
+          cause: joinErr,
+          exitCode: running.exitCode,
+          signal: running.signal,
+          output: running.output,
+          connectionFile: running.connectionFile,
+          pid: running.pid,
+        });
+      }
+      this.o.logger.debug(`a broker is starting at ${this.path}: joining it`);
+      await sleep(wait, this.stopping.signal);
+      wait = Math.min(wait * 2, 1000);
+    }
+  }
+
+  /**
+   * Starts the sidecar and resolves with the path of its connection
+   * file; rejects with a BrokerStartError when it does not get going (a
+   * BrokerRunningError when another broker runs). One that got going and
+   * then exits is started again.
+   */
   private launch(): Promise<string> {
     const [cmd, ...pre] = this.o.command!;
     // The sidecar dies with this process (serve's default, said anyway).
@@ -104,52 +197,77 @@ export class NatsBus implements Bus {
     const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
     this.child = child;
     const born = Date.now();
+    const exited = new Promise<StartExit>((done) => {
+      child.once("close", (code, signal) => done({ code, signal }));
+      // It did not run at all (no such binary): no close may follow.
+      child.on("error", (error) => {
+        if (child.pid === undefined) done({ code: null, signal: null, error });
+      });
+    });
+    this.exits.set(child, exited);
+    this.childExited = exited.then(() => {});
     return new Promise((resolve, reject) => {
-      let first: string | undefined;
+      let path: string | undefined; // its first line, once it is the connection file's path: it got going
+      let first = true;
       const said: string[] = []; // its last lines, for the error when it never got going
       stderrLines(child.stderr!, (line) => {
-        if (first === undefined) {
-          first = line;
-          // Its first line is the connection file's path.
+        if (first) {
+          first = false;
           if (isAbsolute(line)) {
+            path = line;
             resolve(line);
             return;
           }
-        } else {
+        }
+        if (path !== undefined) {
           this.o.logger.debug(`broker: ${line}`);
+          return;
         }
-        if (!isAbsolute(first)) {
-          said.push(line);
-          if (said.length > 4) said.shift();
-        }
+        said.push(line);
+        if (said.length > 4) said.shift();
       });
-      child.once("error", (err) => reject(new Error(`a2a-bus serve could not start: ${err.message}`)));
-      this.childExited = new Promise((done) =>
-        child.once("close", (code, sig) => {
-          done();
-          if (first === undefined || !isAbsolute(first)) {
-            // It never got going: its reason is among its last lines
-            // (warnings held back until then may come before it).
-            reject(new Error(`a2a-bus serve exited (${sig ?? code}): ${said.join(" | ")}`));
-          }
-          if (this.child !== child || this.closed) return;
-          this.child = undefined;
-          this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again`);
-          this.backoff = Date.now() - born > 1000 ? 50 : Math.min(this.backoff * 2, 1000);
-          setTimeout(() => {
-            if (this.closed) return;
-            this.launch().then(
-              () => {
-                // It wrote its connection file: rejoin now, not at the next backoff.
-                this.relaunches++;
-                this.nudge?.abort();
-              },
-              (err) => this.o.logger.warn(String(err)),
-            );
-          }, this.backoff).unref();
-        }),
-      );
+      void exited.then((exit) => {
+        if (path === undefined) {
+          // It never got going: its reason is among its last lines
+          // (warnings held back until then come before it).
+          if (this.child === child) this.child = undefined;
+          reject(startFailure("a2a-bus serve", exit, said));
+          return;
+        }
+        if (this.child !== child || this.closed) return;
+        this.child = undefined;
+        this.o.logger.warn(`the broker exited (${exit.signal ?? exit.code}); starting it again`);
+        this.backoff = Date.now() - born > 1000 ? 50 : Math.min(this.backoff * 2, 1000);
+        this.relaunching = true;
+        setTimeout(() => {
+          this.relaunching = false;
+          if (this.closed || this.child) return;
+          this.launch().then(
+            () => {
+              // It wrote its connection file: rejoin now, not at the next backoff.
+              this.relaunches++;
+              this.nudge?.abort();
+            },
+            (err) => this.notStarted(err),
+          );
+        }, this.backoff).unref();
+      });
     });
+  }
+
+  /**
+   * A sidecar this host started again did not get going. One refused
+   * because another broker now runs at the connection file: the host
+   * joins that one. Else the rejoin starts one again as it dials.
+   */
+  private notStarted(err: unknown): void {
+    if (err instanceof BrokerRunningError && err.connectionFile !== undefined) {
+      this.o.logger.info(`another broker runs at ${err.connectionFile}: joining it`);
+      this.path = err.connectionFile;
+      this.nudge?.abort();
+      return;
+    }
+    this.o.logger.warn(`the broker did not start again: ${(err as Error)?.message ?? err}`);
   }
 
   /** Reads the connection file and connects with its token. */
@@ -194,7 +312,7 @@ export class NatsBus implements Bus {
    */
   private condemn(link: Link, why: string): void {
     if (link.dead || this.closed) return;
-    link.dead = true;
+    link.dead = why;
     link.dog?.stop();
     const child = link.child;
     const own = child !== undefined && child === this.child && child.exitCode === null && child.signalCode === null;
@@ -214,13 +332,19 @@ export class NatsBus implements Bus {
     this.linkUp = new Promise((r) => (this.setLink = r));
   }
 
-  /** Waits for a link to end, then dials until a broker answers. */
+  /**
+   * Waits for a link to end, then dials until a broker answers. A host
+   * that may start a broker starts one when none answers and its own is
+   * not running or due to start again: the broker it joined was stopped,
+   * or its own could not start again.
+   */
   private async supervise(link: Link): Promise<void> {
     await link.nc.closed();
     link.dog?.stop();
     if (this.closed) return;
     if (!link.dead) this.o.logger.info("lost the broker; rejoining");
     this.down(link);
+    const told = this.tellExit(link);
     let wait = 50;
     while (!this.closed) {
       const relaunches = this.relaunches;
@@ -232,10 +356,23 @@ export class NatsBus implements Bus {
         }
         this.o.logger.info(`rejoined the broker at ${next.info.url}`);
         this.up(next);
+        void told.then(() => {
+          if (this.closed || this.link !== next) return;
+          this.tell("rejoined", { pid: next.info.pid, started: this.owns(next), description: this.describe(), rejoins: this.rejoins() });
+        });
         return;
       } catch (err) {
         this.o.logger.debug(`rejoin: ${(err as Error).message}`);
         if (this.relaunches !== relaunches) continue; // the sidecar came up during the dial: again, now
+        if (this.o.command && !this.child && !this.relaunching) {
+          try {
+            this.path = await this.launch();
+            continue; // it wrote its file: dial it
+          } catch (err) {
+            if (this.closed) return;
+            this.notStarted(err);
+          }
+        }
         const nudge = (this.nudge = new AbortController());
         try {
           await sleep(wait, AbortSignal.any([this.stopping.signal, nudge.signal]));
@@ -248,6 +385,28 @@ export class NatsBus implements Bus {
         }
       }
     }
+  }
+
+  /** Whether the link is on the sidecar this host started. */
+  private owns(link: Link): boolean {
+    return link.child !== undefined && link.child === this.child;
+  }
+
+  /** Emits brokerExit for a link lost, with its sidecar's exit when it was this host's and it exits. */
+  private async tellExit(link: Link): Promise<void> {
+    const ev: BrokerExitEvent = { pid: link.info.pid, started: link.child !== undefined, reason: link.dead ?? "the connection to the broker closed" };
+    const exited = link.child && this.exits.get(link.child);
+    if (exited) {
+      let timer: NodeJS.Timeout | undefined;
+      const exit = await Promise.race([exited, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), EXIT_WAIT_MS)).unref())]);
+      clearTimeout(timer);
+      if (exit) {
+        ev.code = exit.code;
+        ev.signal = exit.signal;
+        if (!link.dead) ev.reason = `the broker exited (${exit.signal ?? exit.code})`;
+      }
+    }
+    if (!this.closed) this.tell("brokerExit", ev);
   }
 
   /** The current link, waiting for one while the broker is away (callTimeoutMs at most). */
@@ -281,8 +440,10 @@ export class NatsBus implements Bus {
       if (signal?.aborted && err === signal.reason) throw err;
       if (this.closed) throw new ClosedError("the host is closed");
       if (/max_payload/i.test(String((err as Error)?.message))) {
-        // Over the server's payload limit: it never left; it never will.
-        throw tooLarge(method, body.length, nc.info?.max_payload ?? 0);
+        // Over the server's payload limit, and so over the broker's
+        // message limit, which is what the caller can act on: it never
+        // left; it never will.
+        throw tooLarge(method, body.length, this.messageLimit(nc));
       }
       throw new UnavailableError(`${method}: ${(err as Error).message}`, { cause: err });
     } finally {
@@ -322,8 +483,25 @@ export class NatsBus implements Bus {
     return this.link?.info;
   }
 
+  /**
+   * The broker's message limit: the one a sidecar this host started was
+   * given, when its args say it; else what the server's payload limit
+   * says of it (docs/PROTOCOL.md §11).
+   */
+  private messageLimit(nc: NatsConnection): number {
+    const link = this.link;
+    if (this.o.messageLimit !== undefined && link !== undefined && this.owns(link)) return this.o.messageLimit;
+    return messageLimitOfPayload(nc.info?.max_payload ?? 0);
+  }
+
+  /** The broker's process id while the host is on it; undefined while it is away. */
   pid(): number | undefined {
-    return this.link?.info.pid ?? this.child?.pid;
+    return usable(this.link) ? this.link.info.pid : undefined;
+  }
+
+  /** Whether the broker the host is on is the sidecar it started (close stops it). */
+  started(): boolean {
+    return usable(this.link) && this.owns(this.link);
   }
 
   rejoins(): number {
@@ -502,6 +680,20 @@ class NatsSession implements SessionLink {
     if (c && !c.nc.isClosed()) await c.nc.close().catch(() => {});
     this.bus.forget(this);
   }
+}
+
+const MiB = 1 << 20;
+
+/**
+ * The message limit M of a broker whose payload limit is p: p is 8 × M
+ * within 8 and 64 MiB (docs/PROTOCOL.md §11), so M is p / 8 between
+ * them; at 8 MiB it is at most 1 MiB (the default, said: a smaller one
+ * is not seen), at 64 MiB at most 16 MiB (the largest).
+ */
+export function messageLimitOfPayload(p: number): number {
+  if (p <= 8 * MiB) return MiB;
+  if (p >= 64 * MiB) return 16 * MiB;
+  return Math.floor(p / 8);
 }
 
 /** A link that calls may use: up, and not being dropped. */

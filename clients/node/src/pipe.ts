@@ -11,8 +11,10 @@ import {
   type SessionLink,
   type Subscription,
 } from "./bus.js";
+import { tellNothing, type Tell } from "./host-events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { LineSplitter, stderrLines } from "./lines.js";
+import { startFailure, type StartExit } from "./start.js";
 import { Queue, raceAbort, sleep } from "./util.js";
 
 export interface PipeOptions {
@@ -32,7 +34,15 @@ export interface PipeOptions {
   args: string[];
   callTimeoutMs: number;
   logger: Logger;
+  /** Where the bus tells its host that the broker went, and that it is on one again. */
+  tell?: Tell;
 }
+
+/**
+ * How long a new child has to answer its first probe before it is taken
+ * for stuck: a broker opening a large store takes a while.
+ */
+const START_TIMEOUT_MS = 30_000;
 
 interface Pending {
   method: string;
@@ -66,17 +76,23 @@ export class PipeBus implements Bus {
   private lastWords: string[] = []; // the broker's last lines on stderr, for an error
   private dog?: Watchdog; // the current child's, once it has answered
   private condemned = new WeakSet<ChildProcess>(); // children being killed as broken
+  private condemnedFor = new WeakMap<ChildProcess, string>(); // why
+  private readonly tell: Tell;
 
-  constructor(private readonly o: PipeOptions) {}
+  constructor(private readonly o: PipeOptions) {
+    this.tell = o.tell ?? tellNothing;
+  }
 
+  /** Starts the first child; rejects with a BrokerStartError when it ends before it answers. */
   async start(): Promise<void> {
     this.launch();
     const child = this.child!;
     const died = new Promise<never>((_, reject) => {
-      child.once("error", (err) => reject(new Error(`a2a-bus serve --bus=pipe could not start: ${err.message}`)));
-      child.once("close", (code, sig) =>
-        reject(new Error(`a2a-bus serve --bus=pipe exited (${sig ?? code}) before it answered: ${this.lastWords.join(" | ")}`)),
-      );
+      const fail = (exit: StartExit) => reject(startFailure("a2a-bus serve --bus=pipe", exit, [...this.lastWords]));
+      child.on("error", (error) => {
+        if (child.pid === undefined) fail({ code: null, signal: null, error });
+      });
+      child.once("close", (code, signal) => fail({ code, signal }));
     });
     died.catch(() => {});
     await Promise.race([this.childUp, died]);
@@ -122,11 +138,10 @@ export class PipeBus implements Bus {
       if (this.lastWords.length > 3) this.lastWords.shift();
       this.o.logger.debug(`broker: ${line}`);
     });
-    // A child that never answers its first probe is stuck too; a broker
-    // opening a large store takes a while: a call's timeout.
+    // A child that never answers its first probe is stuck too.
     const starting = setTimeout(() => {
-      if (upAt === undefined) this.condemn(child, `it did not answer within ${this.o.callTimeoutMs} ms of starting`);
-    }, this.o.callTimeoutMs);
+      if (upAt === undefined) this.condemn(child, `it did not answer within ${START_TIMEOUT_MS} ms of starting`);
+    }, START_TIMEOUT_MS);
     starting.unref();
     this.exited = new Promise((resolve) => {
       child.once("error", (err) => this.o.logger.warn(`the broker could not start: ${err.message}`));
@@ -143,6 +158,10 @@ export class PipeBus implements Bus {
         for (const set of this.subs.values()) for (const q of set) q.end();
         this.subs.clear();
         if (this.closed) return;
+        if (upAt !== undefined) {
+          const why = this.condemnedFor.get(child);
+          this.tell("brokerExit", { pid: child.pid, started: true, code, signal: sig, reason: why ?? `the broker exited (${sig ?? code})` });
+        }
         // A child that keeps dying young is started less and less often.
         this.backoff = upAt !== undefined && Date.now() - upAt >= STEADY_MS ? 50 : Math.min(this.backoff * 2, 1000);
         this.o.logger.warn(`the broker exited (${sig ?? code}); starting it again in ${this.backoff} ms`);
@@ -168,6 +187,7 @@ export class PipeBus implements Bus {
             logger: this.o.logger,
           });
           markUp();
+          if (this.starts > 1) this.tell("rejoined", { pid: child.pid, started: true, description: this.describe(), rejoins: this.rejoins() });
         },
         reject: () => {}, // it died first: its close starts the next
       });
@@ -184,6 +204,7 @@ export class PipeBus implements Bus {
     if (this.closed || this.child !== child || child.exitCode !== null || child.signalCode !== null) return;
     if (this.condemned.has(child)) return;
     this.condemned.add(child);
+    this.condemnedFor.set(child, why);
     this.o.logger.warn(`the broker (pid ${child.pid}) is taken for dead: ${why}; killing it and starting it again`);
     child.kill("SIGKILL");
   }
@@ -343,8 +364,15 @@ export class PipeBus implements Bus {
     };
   }
 
+  /** The child's process id once it has answered; undefined while none runs, or the one there is dying or starting. */
   pid(): number | undefined {
-    return this.child?.pid;
+    const c = this.ready;
+    return c !== undefined && c === this.child && !this.condemned.has(c) ? c.pid : undefined;
+  }
+
+  /** The broker is always the host's own child. */
+  started(): boolean {
+    return this.pid() !== undefined;
   }
 
   rejoins(): number {

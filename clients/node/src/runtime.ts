@@ -2,6 +2,8 @@ import { randomUUID } from "node:crypto";
 
 import { ClosedError, RefusedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
+import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
+import { tellNothing, type Tell } from "./host-events.js";
 import { DEFAULT_CHECK_MS, Feed, type Gap } from "./feed.js";
 import { EventStream, type DelegateEvent } from "./events.js";
 import { Mutex, positive, sleep } from "./util.js";
@@ -92,9 +94,13 @@ export interface SessionOptions {
   checkMs?: number;
   queue?: number;
   retry?: Partial<Retry>;
+  /** How long each call may take in all, its retries and waits included (ms). */
+  callTimeoutMs?: number;
   logger: Logger;
   /** Called once the session has closed or left. */
   onEnd?: (s: Session) => void;
+  /** @internal Where the session tells its host of resyncs, renames and lost tasks. */
+  tell?: Tell;
 }
 
 export interface CallOptions {
@@ -160,7 +166,7 @@ export class Session {
   /** @internal */
   waiting = 0;
   /** @internal */
-  readonly opts: { queue: number; retry: Retry; logger: Logger; checkMs: number; onEnd?: (s: Session) => void };
+  readonly opts: { queue: number; retry: Retry; callTimeoutMs: number; logger: Logger; checkMs: number; onEnd?: (s: Session) => void; tell: Tell };
 
   private constructor(
     /** @internal */ readonly link: SessionLink,
@@ -174,9 +180,11 @@ export class Session {
         backoffMs: positive(r.backoffMs, DEFAULT_RETRY.backoffMs),
         maxBackoffMs: positive(r.maxBackoffMs, DEFAULT_RETRY.maxBackoffMs),
       },
+      callTimeoutMs: positive(o.callTimeoutMs, DEFAULT_CALL_TIMEOUT_MS),
       logger: o.logger,
       checkMs: positive(o.checkMs, DEFAULT_CHECK_MS),
       onEnd: o.onEnd,
+      tell: o.tell ?? tellNothing,
     };
   }
 
@@ -231,6 +239,7 @@ export class Session {
 
   private async resync(gap: Gap): Promise<void> {
     this.opts.logger.info(`resyncing the session's delegates: ${gap.reason}`);
+    this.opts.tell("resync", { sessionId: this.id, reason: gap.reason, brokerRestarted: gap.newEpoch });
     for (const d of this.live) {
       if (gap.newEpoch) {
         // At once, so that peers can address it again; if this fails its next call does it.
@@ -254,11 +263,13 @@ export class Session {
     const d = Delegate.create(this, opts.instanceId ?? randomUUID(), card);
     // Registering again under the same instance id replaces the
     // registration: safe to retry when its answer is lost.
-    await this.naming.run(async () => {
-      // Past close's barrier the link may be gone: do not register.
-      if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
-      await this.retry(opts.signal, () => d.registerLocked(opts.signal));
-    });
+    await this.bounded("a2a.agents.register", opts.signal, (signal) =>
+      this.naming.run(async () => {
+        // Past close's barrier the link may be gone: do not register.
+        if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
+        await this.retry(signal, () => d.registerLocked(signal));
+      }),
+    );
     return d;
   }
 
@@ -329,7 +340,16 @@ export class Session {
     this.opts.onEnd?.(this);
   }
 
-  /** @internal Runs a change until it is answered, fails otherwise, or its attempts are spent. */
+  /**
+   * @internal Runs one call of the caller's within callTimeoutMs, all its
+   * attempts and waits included: past it, UnavailableError; the caller's
+   * signal ends it sooner.
+   */
+  bounded<T>(what: string, signal: AbortSignal | undefined, call: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    return withDeadline(this.opts.callTimeoutMs, what, signal, call);
+  }
+
+  /** @internal Runs a change until it is answered, fails otherwise, or its attempts (or its signal) are spent. */
   async retry<T>(signal: AbortSignal | undefined, change: () => Promise<T>): Promise<T> {
     const r = this.opts.retry;
     let wait = r.backoffMs;
@@ -337,7 +357,7 @@ export class Session {
       try {
         return await change();
       } catch (err) {
-        if (!(err instanceof UnavailableError) || attempt >= r.attempts || this.closed) throw err;
+        if (!(err instanceof UnavailableError) || attempt >= r.attempts || this.closed || signal?.aborted) throw err;
         this.opts.logger.debug(`answer lost; trying again (attempt ${attempt}): ${err.message}`);
         await sleep(wait, signal);
         wait = Math.min(wait * 2, Math.max(r.maxBackoffMs, r.backoffMs));
@@ -449,6 +469,7 @@ export class Delegate {
     if (oldId && oldId !== res.agentId) {
       this.s.rename(this, oldId, res.agentId);
       this.pendingRename = oldId;
+      this.s.opts.tell("renamed", { sessionId: this.s.id, instanceId: this.instanceId, from: oldId, to: res.agentId });
     }
   }
 
@@ -507,22 +528,25 @@ export class Delegate {
     this.seen.set(t.id, { at: t.updatedAt, open: !TERMINAL.has(t.status?.state), gen: this.resyncs });
   }
 
+  /** A change of a task, retried while its answer is lost, within the call's deadline. */
   private async change(method: string, params: (token: string) => object, signal?: AbortSignal): Promise<Task> {
-    const res = await this.s.retry(signal, () => this.call<TaskResult>(method, params, signal));
+    const res = await this.s.bounded(method, signal, (signal) => this.s.retry(signal, () => this.call<TaskResult>(method, params, signal)));
     this.noteSeen(res.task);
     return res.task;
   }
 
   /** Every other live agent on the host, each with its session, following the pages. */
-  async peers(opts: CallOptions = {}): Promise<AgentCard[]> {
-    const all: AgentCard[] = [];
-    let pageToken = "";
-    for (;;) {
-      const res = await this.call<ListAgentsResult>("a2a.agents.list", (token) => ({ token, pageSize: 1000, pageToken }), opts.signal);
-      all.push(...res.agents);
-      if (!res.nextPageToken) return all;
-      pageToken = res.nextPageToken;
-    }
+  peers(opts: CallOptions = {}): Promise<AgentCard[]> {
+    return this.s.bounded("a2a.agents.list", opts.signal, async (signal) => {
+      const all: AgentCard[] = [];
+      let pageToken = "";
+      for (;;) {
+        const res = await this.call<ListAgentsResult>("a2a.agents.list", (token) => ({ token, pageSize: 1000, pageToken }), signal);
+        all.push(...res.agents);
+        if (!res.nextPageToken) return all;
+        pageToken = res.nextPageToken;
+      }
+    });
   }
 
   /**
@@ -546,8 +570,10 @@ export class Delegate {
   /** Sends a oneway message (no task); resolves to the recipient's id. */
   async push(to: string | undefined, message: MessageInput, opts: CallOptions = {}): Promise<string> {
     const msg = keyed(message);
-    const res = await this.s.retry(opts.signal, () =>
-      this.call<SendResult>("a2a.message.send", (token) => ({ token, ...(to ? { to } : {}), message: msg, oneway: true }), opts.signal),
+    const res = await this.s.bounded("a2a.message.send", opts.signal, (signal) =>
+      this.s.retry(signal, () =>
+        this.call<SendResult>("a2a.message.send", (token) => ({ token, ...(to ? { to } : {}), message: msg, oneway: true }), signal),
+      ),
     );
     return res.delivered!;
   }
@@ -560,14 +586,14 @@ export class Delegate {
 
   /** Reads a task the delegate is a member of. */
   async get(taskId: string, opts: CallOptions = {}): Promise<Task> {
-    const res = await this.call<TaskResult>("a2a.tasks.get", (token) => ({ token, taskId }), opts.signal);
+    const res = await this.s.bounded("a2a.tasks.get", opts.signal, (signal) => this.call<TaskResult>("a2a.tasks.get", (token) => ({ token, taskId }), signal));
     this.noteSeen(res.task);
     return res.task;
   }
 
   /** The delegate's tasks, oldest first, following the pages. */
   async list(opts: ListOptions = {}): Promise<Task[]> {
-    const tasks = await this.listAll(opts);
+    const tasks = await this.s.bounded("a2a.tasks.list", opts.signal, (signal) => this.listAll({ ...opts, signal }));
     for (const t of tasks) this.noteSeen(t);
     return tasks;
   }
@@ -613,7 +639,7 @@ export class Delegate {
     if (this.err) throw this.err;
     this.leaving = true; // no call registers it again from now on
     try {
-      await this.s.link.call("a2a.agents.deregister", { token: this.token }, opts.signal);
+      await this.s.bounded("a2a.agents.deregister", opts.signal, (signal) => this.s.link.call("a2a.agents.deregister", { token: this.token }, signal));
     } catch (err) {
       if (!isCode(err, "A2A_UNAUTHORIZED")) {
         this.leaving = false; // still registered: it may try again
@@ -702,6 +728,7 @@ export class Delegate {
     // A lost id is ignored until a later resync: long enough for a call
     // answered before the break to have been noted.
     for (const [id, g] of this.lostIds) if (g < gen) this.lostIds.delete(id);
+    if (lost.length > 0) this.s.opts.tell("lost", { sessionId: this.s.id, delegateId: this.agentId, taskIds: [...lost] });
     const renamedFrom = this.pendingRename;
     this.pendingRename = undefined;
     return renamedFrom ? { reason, changed, lost, renamedFrom } : { reason, changed, lost };

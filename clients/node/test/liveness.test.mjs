@@ -196,9 +196,11 @@ test("Test15sStalls", { concurrency: true, timeout: 120_000 }, async (t) => {
     // waiting and a change under way: the host does not wait out the
     // stall, it replaces the broker (default deadline, 5 s) and the
     // change and the wait complete on the new one; SIGCONT finds the old
-    // one gone, and the sessions go on.
+    // one gone, and the sessions go on. The change's deadline outlasts
+    // the stall's detection and the restart (about 11 s with the default
+    // health deadline): longer than the default 10 s.
     runs.push(t.test(`TestABrokerStoppedFor15s [${bus}]`, { timeout: 60_000 }, async (t) => {
-      const host = await openHost(t, bus, { dataDir: tempDir(t) });
+      const host = await openHost(t, bus, { dataDir: tempDir(t), callTimeoutMs: 30_000 });
       const { asker, worker, task } = await askerAndWorker(host);
       const waiting = untilFinal(asker, task.id, 60_000);
       const pid = host.brokerPid;
@@ -239,13 +241,14 @@ test("Test15sStalls", { concurrency: true, timeout: 120_000 }, async (t) => {
   }
 
   // A broker the host joined, stopped for 15 s, then continued: the host
-  // takes it for gone, dials until it answers again, and rejoins it.
+  // takes it for gone, dials until it answers again, and rejoins it. The
+  // change made during the stall has a deadline that outlasts it.
   runs.push(t.test("TestAJoinedBrokerStoppedFor15s [nats]", { timeout: 60_000 }, async (t) => {
     const dir = tempDir(t);
     const path = join(dir, "run", "connection.json");
     const broker = await sidecar(path, join(dir, "data"));
     t.after(() => broker.kill("SIGKILL"));
-    const host = await Host.open({ bus: "nats", connectionFile: path, checkMs: 200, callTimeoutMs: 10_000 });
+    const host = await Host.open({ bus: "nats", connectionFile: path, checkMs: 200, callTimeoutMs: 30_000 });
     t.after(() => host.close());
     const { asker, worker, task } = await askerAndWorker(host);
     const waiting = untilFinal(asker, task.id, 60_000);
