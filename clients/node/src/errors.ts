@@ -155,3 +155,21 @@ export class BrokerRunningError extends BrokerStartError {
     this.dataDir = o.dataDir ?? false;
   }
 }
+
+/**
+ * The connection file names a broker this host must not trust (`code`
+ * "BROKER_FOREIGN"): its url is not on loopback (127.0.0.0/8, ::1,
+ * localhost), or its pid is another user's process. The host neither
+ * joins it nor starts a broker in its place.
+ */
+export class ForeignBrokerError extends Error {
+  override name = "ForeignBrokerError";
+  readonly code = "BROKER_FOREIGN" as const;
+  /** The connection file that was refused. */
+  readonly connectionFile: string;
+
+  constructor(message: string, connectionFile: string) {
+    super(message);
+    this.connectionFile = connectionFile;
+  }
+}

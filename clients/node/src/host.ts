@@ -107,6 +107,8 @@ export interface HostOptions {
   queue?: number;
   /** Where logs go (console fits); the default drops them. */
   logger?: Logger;
+  /** @internal NATS: how long a sidecar has to say it is ready (ms, default 30 000); for tests. */
+  startTimeoutMs?: number;
 }
 
 /**
@@ -161,6 +163,7 @@ export class Host extends EventEmitter<HostEvents> {
             command: mode === "join" ? undefined : [o.binary ?? brokerBinary()],
             connectionFile: o.connectionFile,
             messageLimit: givenMessageLimit(common.args),
+            startTimeoutMs: o.startTimeoutMs,
           }),
       );
     } else {

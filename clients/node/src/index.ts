@@ -30,6 +30,7 @@ export {
   SettledError,
   BrokerStartError,
   BrokerRunningError,
+  ForeignBrokerError,
   Codes,
   isCode,
   type Code,

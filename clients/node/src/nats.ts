@@ -1,10 +1,12 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { connect as tcpConnect } from "node:net";
-import { isAbsolute } from "node:path";
+import { connect as tcpConnect, isIP } from "node:net";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { isAbsolute, join, resolve as resolvePath } from "node:path";
 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 
-import { A2ABusError, BrokerRunningError, ClosedError, RefusedError, UnavailableError, tooLarge } from "./errors.js";
+import { A2ABusError, BrokerRunningError, BrokerStartError, ClosedError, ForeignBrokerError, RefusedError, UnavailableError, tooLarge } from "./errors.js";
 import { defaultConnectionFile, readConnectionFile, type ConnectionInfo } from "./connfile.js";
 import {
   SUBSCRIPTION_QUEUE,
@@ -35,7 +37,13 @@ export interface NatsOptions {
   mode: NatsMode;
   /** The sidecar to start (its command line; serve's args are appended); modes start and start-or-join. */
   command?: string[];
-  /** The connection file: the sidecar's (--connection-file), or the one to join; undefined: serve's default. */
+  /**
+   * The connection file: the sidecar's (--connection-file), or the one to
+   * join. Undefined: `<dataDir>/connection.json` when dataDir is a path;
+   * with dataDir "" (memory), a file in a private temporary folder of this
+   * host's own, removed on close (mode "join": serve's default); with
+   * dataDir undefined, serve's default.
+   */
   connectionFile?: string;
   /** --data-dir; undefined passes none (serve's default, the platform's state folder), "" keeps tasks in memory. */
   dataDir: string | undefined;
@@ -52,6 +60,8 @@ export interface NatsOptions {
   logger: Logger;
   /** Where the bus tells its host that the broker went, and that it is on one again. */
   tell?: Tell;
+  /** How long a sidecar has to print its connection file's path (ms, default START_TIMEOUT_MS). */
+  startTimeoutMs?: number;
 }
 
 interface Link {
@@ -80,6 +90,9 @@ const DIAL_TIMEOUT_MS = 2000;
  * holds the connection file's lock, and has not written the file yet).
  */
 const START_OR_JOIN_MS = 30_000;
+
+/** How long a sidecar has to print its connection file's path before it is killed. */
+const START_TIMEOUT_MS = 30_000;
 
 /** How long a lost link waits for the exit of the sidecar it was on, for the brokerExit event. */
 const EXIT_WAIT_MS = 2000;
@@ -119,6 +132,9 @@ export class NatsBus implements Bus {
   private relaunches = 0; // how many times the sidecar came up again
   private nudge?: AbortController; // aborted when the sidecar is up again: the rejoin dials at once
   private readonly tell: Tell;
+  private file?: string; // the connection file given to a sidecar: --connection-file
+  private tempDir?: string; // the private folder of a memory host's connection file, removed on close
+  private starting = new Set<() => void>(); // aborts the launches under way
 
   constructor(private readonly o: NatsOptions) {
     this.linkUp = new Promise((r) => (this.setLink = r));
@@ -126,9 +142,10 @@ export class NatsBus implements Bus {
   }
 
   async start(): Promise<void> {
+    await this.pickFile();
     switch (this.o.mode) {
       case "join":
-        this.path = this.o.connectionFile ?? (await defaultConnectionFile());
+        this.path = this.file ?? (await defaultConnectionFile());
         this.up(await this.dial());
         return;
       case "start":
@@ -141,6 +158,25 @@ export class NatsBus implements Bus {
   }
 
   /**
+   * The connection file, when it is not serve's default: the one given;
+   * else `<dataDir>/connection.json` for a data dir, so that hosts on one
+   * data dir share its broker and hosts on others do not; else, for a host
+   * in memory that may start its broker, a file in a fresh private folder
+   * (removed on close), so that it starts its own and never joins one it
+   * did not ask for.
+   */
+  private async pickFile(): Promise<void> {
+    if (this.o.connectionFile !== undefined) {
+      this.file = this.o.connectionFile;
+    } else if (this.o.dataDir) {
+      this.file = join(resolvePath(this.o.dataDir), "connection.json");
+    } else if (this.o.dataDir === "" && this.o.mode !== "join") {
+      this.tempDir = await mkdtemp(join(tmpdir(), "a2a-bus-host-"));
+      this.file = join(this.tempDir, "connection.json");
+    }
+  }
+
+  /**
    * Joins the broker of the connection file when it answers, else starts
    * one. A start refused because a broker now runs at the connection file
    * (another host started it meanwhile: two app instances opening
@@ -148,7 +184,7 @@ export class NatsBus implements Bus {
    * START_OR_JOIN_MS have passed, both are tried again.
    */
   private async startOrJoin(): Promise<Link> {
-    this.path = this.o.connectionFile ?? (await defaultConnectionFile());
+    this.path = this.file ?? (await defaultConnectionFile());
     const end = Date.now() + START_OR_JOIN_MS;
     let wait = 50;
     for (;;) {
@@ -156,6 +192,7 @@ export class NatsBus implements Bus {
       try {
         return await this.dial();
       } catch (err) {
+        if (err instanceof ForeignBrokerError) throw err; // not to be joined, nor replaced
         joinErr = err;
       }
       let running: BrokerRunningError;
@@ -193,7 +230,7 @@ export class NatsBus implements Bus {
     const [cmd, ...pre] = this.o.command!;
     // The sidecar dies with this process (serve's default, said anyway).
     const args = [...pre, "serve", "--exit-with-parent", ...(this.o.dataDir === undefined ? [] : [`--data-dir=${this.o.dataDir}`]), ...this.o.args];
-    if (this.o.connectionFile) args.push(`--connection-file=${this.o.connectionFile}`);
+    if (this.file) args.push(`--connection-file=${this.file}`);
     const child = spawn(cmd, args, { stdio: ["ignore", "ignore", "pipe"] });
     this.child = child;
     const born = Date.now();
@@ -209,12 +246,30 @@ export class NatsBus implements Bus {
     return new Promise((resolve, reject) => {
       let path: string | undefined; // its first line, once it is the connection file's path: it got going
       let first = true;
+      let why: string | undefined; // it was killed before it got going, for this
+      // One that never says its path is killed: its exit rejects.
+      const stop = (reason: string) => {
+        if (path !== undefined || why !== undefined) return;
+        why = reason;
+        child.kill("SIGKILL");
+      };
+      const ms = this.o.startTimeoutMs ?? START_TIMEOUT_MS;
+      const timer = setTimeout(() => stop(`it did not say it was ready within ${ms} ms`), ms);
+      timer.unref();
+      const abort = () => stop("the host closed while it started");
+      this.starting.add(abort);
+      void exited.then(() => {
+        clearTimeout(timer);
+        this.starting.delete(abort);
+      });
       const said: string[] = []; // its last lines, for the error when it never got going
       stderrLines(child.stderr!, (line) => {
         if (first) {
           first = false;
-          if (isAbsolute(line)) {
+          if (isAbsolute(line) && why === undefined) {
             path = line;
+            clearTimeout(timer);
+            this.starting.delete(abort);
             resolve(line);
             return;
           }
@@ -231,6 +286,10 @@ export class NatsBus implements Bus {
           // It never got going: its reason is among its last lines
           // (warnings held back until then come before it).
           if (this.child === child) this.child = undefined;
+          if (why !== undefined) {
+            reject(new BrokerStartError(`a2a-bus serve was stopped before it was ready: ${why}`, { exitCode: exit.code, signal: exit.signal, output: said }));
+            return;
+          }
           reject(startFailure("a2a-bus serve", exit, said));
           return;
         }
@@ -273,6 +332,7 @@ export class NatsBus implements Bus {
   /** Reads the connection file and connects with its token. */
   private async dial(): Promise<Link> {
     const info = await readConnectionFile(this.path!);
+    trusted(info, this.path!);
     if (!info.token) {
       throw new Error(`the broker of ${this.path} has no host token: a Node host needs serve's embedded NATS server`);
     }
@@ -522,6 +582,8 @@ export class NatsBus implements Bus {
     const link = this.link;
     this.link = undefined;
     if (link) await link.nc.close().catch(() => {});
+    // A sidecar still starting is killed first: the supervisor may be waiting on it.
+    for (const abort of [...this.starting]) abort();
     await this.supervisor;
     const child = this.child;
     if (child && child.exitCode === null && child.signalCode === null) {
@@ -530,6 +592,7 @@ export class NatsBus implements Bus {
       await this.childExited;
       clearTimeout(t);
     }
+    if (this.tempDir) await rm(this.tempDir, { recursive: true, force: true }).catch(() => {});
   }
 }
 
@@ -724,4 +787,42 @@ function greets(url: string, ms: number): Promise<void> {
     sock.once("error", (err) => finish(err));
     sock.once("close", () => finish(new Error(`the broker at ${url} closed the connection`)));
   });
+}
+
+/**
+ * Refuses a connection file a host must not act on (docs/PROTOCOL.md
+ * §2.2): a url not on loopback is not the sidecar's embedded server
+ * (ForeignBrokerError); a pid that does not run is a stale file, taken
+ * for no broker (an Error: start-or-join starts one); a pid that is
+ * another user's process is not ours (ForeignBrokerError).
+ */
+function trusted(info: ConnectionInfo, path: string): void {
+  for (const url of info.url.split(",")) {
+    let host: string;
+    try {
+      host = new URL(url.includes("://") ? url.trim() : `nats://${url.trim()}`).hostname;
+    } catch {
+      throw new ForeignBrokerError(`connection file ${path} has a url that is none (${url}); refused`, path);
+    }
+    if (!loopback(host)) throw new ForeignBrokerError(`connection file ${path} names a broker at ${url}, not on loopback; refused`, path);
+  }
+  const pid = info.pid;
+  if (!Number.isSafeInteger(pid) || pid <= 0) throw new Error(`connection file ${path} names no process (pid ${pid}): stale`);
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "EPERM") throw new ForeignBrokerError(`connection file ${path} names pid ${pid}, another user's process; refused`, path);
+    if (code === "ESRCH") throw new Error(`connection file ${path} names pid ${pid}, which does not run: stale`);
+    throw err;
+  }
+}
+
+/** Whether host (a URL's hostname) is on loopback: 127.0.0.0/8, ::1, localhost. */
+function loopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  if (h === "localhost") return true;
+  if (isIP(h) === 4) return h.startsWith("127.");
+  if (isIP(h) === 6) return h === "::1" || h === "0:0:0:0:0:0:0:1";
+  return false;
 }

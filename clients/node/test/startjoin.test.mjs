@@ -6,10 +6,13 @@
 // cannot start is a typed error.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readdirSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { chmodSync, existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 
-import { BrokerRunningError, BrokerStartError, Host } from "../dist/index.js";
+import { BrokerRunningError, BrokerStartError, ForeignBrokerError, Host } from "../dist/index.js";
 import { BUSES, binary, checkLeaks, next, tempDir, text, untilFinal } from "../testkit/helpers.mjs";
 import { alive, freshPlaces, gone, record, serve } from "../testkit/broker.mjs";
 
@@ -191,4 +194,158 @@ test("TestAHostLeavesNoLockFile [nats]", async (t) => {
   assert.deepEqual(readdirSync(dir).sort(), ["connection.json", "connection.json.lock"]);
   await host.close();
   assert.deepEqual(readdirSync(dir), []);
+});
+
+/** Writes a connection file at path (its folder made 0700), as a broker would. */
+function writeConnectionFile(path, info) {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  writeFileSync(path, JSON.stringify(info), { mode: 0o600 });
+}
+
+/** A listener on loopback that greets like a NATS server; counts who connects. */
+async function fakeNats(t) {
+  const seen = { connections: 0 };
+  const server = createServer((sock) => {
+    seen.connections++;
+    sock.on("error", () => {});
+    sock.end('INFO {"server_id":"fake","version":"2.10.0","max_payload":1048576}\r\n');
+  });
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  t.after(() => new Promise((r) => server.close(r)));
+  return { port: server.address().port, seen };
+}
+
+/** The pid of a process that ran and exited. */
+async function deadPid() {
+  const p = spawn(process.execPath, ["-e", ""], { stdio: "ignore" });
+  await once(p, "close");
+  return p.pid;
+}
+
+// A connection file left by a broker that died (its pid runs no more),
+// whose port something else now listens on: the host takes it for no
+// broker and starts its own, never dialling that port.
+test("TestAStaleConnectionFileIsNotJoined [nats]", async (t) => {
+  const connectionFile = join(tempDir(t), "run", "connection.json");
+  const fake = await fakeNats(t);
+  const pid = await deadPid();
+  writeConnectionFile(connectionFile, { url: `nats://127.0.0.1:${fake.port}`, token: "not-a-broker", pid });
+  const host = await Host.open({ bus: "nats", binary: binary(), connectionFile, dataDir: "" });
+  t.after(() => host.close());
+  assert.equal(host.startedBroker, true, "it started its own broker");
+  assert.notEqual(host.brokerPid, pid);
+  assert.equal(fake.seen.connections, 0, "the port of a stale file is not dialled");
+  await roundTrip(host, host, "stale");
+});
+
+// A connection file whose broker is not on loopback is none of this
+// host's: refused with a typed error, by join and by start-or-join alike.
+test("TestAConnectionFileNotOnLoopbackIsRefused [nats]", async (t) => {
+  const connectionFile = join(tempDir(t), "run", "connection.json");
+  writeConnectionFile(connectionFile, { url: "nats://192.0.2.1:4222", token: "elsewhere", pid: process.pid });
+  for (const o of [{ broker: "join" }, { binary: binary(), dataDir: "" }]) {
+    const err = await Host.open({ bus: "nats", connectionFile, ...o }).then(
+      () => undefined,
+      (e) => e,
+    );
+    assert.ok(err instanceof ForeignBrokerError, `${JSON.stringify(o)}: ${err?.name}: ${err?.message}`);
+    assert.equal(err.code, "BROKER_FOREIGN");
+    assert.equal(err.connectionFile, connectionFile);
+    assert.match(err.message, /192\.0\.2\.1:4222, not on loopback; refused/);
+  }
+  assert.deepEqual(readdirSync(dirname(connectionFile)), ["connection.json"], "no broker was started in its place");
+});
+
+// A host given a data dir (and no connection file) keeps its broker's
+// connection file in it: hosts on different data dirs (two apps) get a
+// broker each, hosts on one (two instances of one app) share it.
+test("TestAHostsDataDirHoldsItsConnectionFile [nats]", async (t) => {
+  const places = freshPlaces(t);
+  const { p: common } = await serve(t); // the user's own, at serve's default
+  const [dirA, dirB] = [join(tempDir(t), "a"), join(tempDir(t), "b")];
+  const open = async (dataDir) => {
+    const h = await Host.open({ bus: "nats", binary: binary(), dataDir });
+    t.after(() => h.close());
+    return h;
+  };
+  const a1 = await open(dirA);
+  const b = await open(dirB);
+  const a2 = await open(dirA);
+  assert.equal(a1.startedBroker, true);
+  assert.equal(b.startedBroker, true);
+  assert.notEqual(a1.brokerPid, b.brokerPid, "two data dirs, two brokers");
+  assert.equal(a2.brokerPid, a1.brokerPid, "one data dir, one broker");
+  assert.equal(a2.startedBroker, false);
+  for (const h of [a1, b]) assert.notEqual(h.brokerPid, common.pid, "the broker at serve's default is not joined");
+  assert.ok(existsSync(join(dirA, "connection.json")));
+  assert.ok(existsSync(join(dirB, "connection.json")));
+  assert.ok(existsSync(places.connectionFile), "serve's own file is left alone");
+  await roundTrip(a1, a2, "shared");
+});
+
+// A host in memory (dataDir "") with no connection file starts a broker of
+// its own, with its connection file in a private folder removed on close:
+// it joins no durable broker it did not ask for.
+test("TestAHostInMemoryStartsItsOwnBroker [nats]", async (t) => {
+  freshPlaces(t);
+  const { p: common } = await serve(t);
+  const host = await Host.open({ bus: "nats", binary: binary(), dataDir: "" });
+  let closed = false;
+  t.after(() => (closed ? undefined : host.close()));
+  assert.equal(host.startedBroker, true);
+  assert.notEqual(host.brokerPid, common.pid);
+  const file = /\((\/[^()]*connection\.json)\)$/.exec(host.describe())?.[1];
+  assert.ok(file && existsSync(file), `its connection file: ${host.describe()}`);
+  await host.close();
+  closed = true;
+  assert.ok(!existsSync(dirname(file)), "its private folder is removed on close");
+  assert.ok(alive(common.pid));
+});
+
+/** A broker command that never says it is ready; it touches `started` when it runs. */
+function silentBroker(t) {
+  const dir = tempDir(t);
+  const script = join(dir, "broker.sh");
+  const started = join(dir, "started");
+  writeFileSync(script, `#!/bin/sh\n: > '${started}'\nexec '${process.execPath}' -e 'setInterval(() => {}, 1 << 30)'\n`);
+  chmodSync(script, 0o755);
+  return { script, started };
+}
+
+// A sidecar that never prints its connection file's path is killed past
+// the start timeout, and open fails with a BrokerStartError.
+test("TestASidecarThatNeverSaysItIsReadyIsABrokerStartError [nats]", async (t) => {
+  const { script } = silentBroker(t);
+  const connectionFile = join(tempDir(t), "run", "connection.json");
+  const err = await Host.open({ bus: "nats", binary: script, connectionFile, dataDir: "", startTimeoutMs: 300 }).then(
+    () => undefined,
+    (e) => e,
+  );
+  assert.ok(err instanceof BrokerStartError, `${err?.name}: ${err?.message}`);
+  assert.equal(err.code, "BROKER_START_FAILED");
+  assert.equal(err.signal, "SIGKILL");
+  assert.match(err.message, /did not say it was ready within 300 ms/);
+});
+
+// A host whose joined broker went starts one of its own; one that never
+// gets going does not hold up close: it is killed, and close resolves.
+test("TestCloseDuringASidecarStartResolves [nats]", async (t) => {
+  const { script, started } = silentBroker(t);
+  const connectionFile = join(tempDir(t), "run", "connection.json");
+  const { p: broker } = await serve(t, [`--connection-file=${connectionFile}`, "--data-dir="]);
+  const host = await Host.open({ bus: "nats", binary: script, connectionFile, dataDir: "" });
+  assert.equal(host.brokerPid, broker.pid);
+  const events = record(host);
+  broker.kill("SIGKILL");
+  await events.next("brokerExit");
+  const liveness = AbortSignal.timeout(20_000);
+  while (!existsSync(started)) {
+    assert.ok(!liveness.aborted, "the host did not start a sidecar");
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  await Promise.race([
+    host.close(),
+    new Promise((_, reject) => liveness.addEventListener("abort", () => reject(new Error("close did not resolve")))),
+  ]);
 });
