@@ -3,17 +3,20 @@
 // window that started it, and a quit that waits for the host to close.
 // ELECTRON.md explains it; test/electron.test.mjs runs this file under
 // Node with a stand-in for the few Electron calls it makes.
+import { join } from "node:path";
 import { app, ipcMain } from "electron";
 import { ClosedError, Host, SettledError } from "@a2a-bus/host";
 
-// Host.open joins the broker already running for this user (a second
-// instance of the app, or `a2a-bus serve`), else starts, with no
-// `binary`, the broker of this platform's package
-// (@a2a-bus/host-darwin-arm64, @a2a-bus/host-win32-x64, ...: the one npm
-// installed beside @a2a-bus/host), from node_modules when the app runs
-// unpackaged and from app.asar.unpacked when it is packaged. A broker it
-// starts is a sidecar that exits with this process.
-const opening = app.whenReady().then(() => Host.open({ bus: "nats" }));
+// The app's own data dir, in its userData folder, holds its broker's tasks
+// and connection file: Host.open joins the broker already running there
+// (a second instance of this app), else starts, with no `binary`, the
+// broker of this platform's package (@a2a-bus/host-darwin-arm64,
+// @a2a-bus/host-win32-x64, ...: the one npm installed beside
+// @a2a-bus/host), from node_modules when the app runs unpackaged and from
+// app.asar.unpacked when it is packaged. A broker it starts is a sidecar
+// that exits with this process. Another app has a broker of its own.
+const dataDir = () => join(app.getPath("userData"), "a2a-bus");
+const opening = app.whenReady().then(() => Host.open({ bus: "nats", dataDir: dataDir() }));
 opening.catch((err) => console.error("a2a-bus: the host did not open:", err));
 
 const sessions = new Map(); // chat id → its session (a promise of it)

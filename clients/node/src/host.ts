@@ -36,9 +36,14 @@ export interface HostOptions {
   broker?: "start-or-join" | "start" | "join";
   /**
    * NATS: the connection file of the broker to join, and where a sidecar
-   * this host starts writes its own (default: serve's, docs/PROTOCOL.md
-   * §2.2). Given without binary (and no broker option), the host only
-   * joins.
+   * this host starts writes its own. Default: `connection.json` in
+   * dataDir when that is a folder (hosts on one data dir share its
+   * broker); with dataDir "", one in a private temporary folder removed on
+   * close (the host starts a broker of its own); with dataDir left out,
+   * serve's (docs/PROTOCOL.md §2.2). Given without binary (and no broker
+   * option), the host only joins. A file whose url is not on loopback, or
+   * whose pid is another user's process, is refused (ForeignBrokerError);
+   * one whose pid no longer runs is stale: no broker.
    */
   connectionFile?: string;
   /**
@@ -54,13 +59,15 @@ export interface HostOptions {
    *   Support/a2a-bus` on macOS, `%LocalAppData%\a2a-bus` on Windows);
    * - `""`: memory. A restart loses the tasks and the names; a delegate
    *   that knew a task as open is told in its resync (`Resync.lost`);
-   * - a path: that folder.
+   * - a path: that folder. On NATS it holds the connection file too,
+   *   unless connectionFile is given.
    *
    * One data dir serves one broker at a time: a second broker started on
    * it is refused, and open fails saying so (BrokerRunningError). Join the
    * running broker with its connection file (bus "nats", `connectionFile`,
-   * no `binary`), or give this host its own dataDir. Ignored when the host
-   * joins.
+   * no `binary`), or give this host its own dataDir. A host that joins
+   * starts no broker on it; a folder still says where its connection file
+   * is (above).
    */
   dataDir?: string;
   /** More `serve` flags for a broker this host starts (`--max-tasks-per-context=8`). */

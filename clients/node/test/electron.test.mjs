@@ -34,8 +34,9 @@ test("TestTheElectronExampleRunsUnderAStandIn", async (t) => {
   const env = {
     ...process.env,
     PATH: [bin, dirname(process.execPath)].join(delimiter),
-    XDG_RUNTIME_DIR: run, // the connection file
-    XDG_STATE_HOME: join(dir, "state"), // the data dir
+    XDG_RUNTIME_DIR: run, // serve's default connection file: not used
+    XDG_STATE_HOME: join(dir, "state"), // serve's default data dir: not used
+    ELECTRON_USER_DATA: join(dir, "userData"), // the app's: its data dir and connection file
     EXAMPLE: example,
   };
   const args = ["--import", pathToFileURL(here("../testkit/electron/register.mjs")).href, here("../testkit/electron/drive.mjs")];

@@ -2,8 +2,8 @@
 // as its renderers and its user would: chats start delegates over IPC,
 // delegates the example returns send and answer, a chat closes, the app
 // quits. Asserts along the way; prints what it saw as one JSON line.
-// Run with `node --import ./register.mjs drive.mjs`, XDG_RUNTIME_DIR and
-// XDG_STATE_HOME set to folders of the test's own.
+// Run with `node --import ./register.mjs drive.mjs`, ELECTRON_USER_DATA,
+// XDG_RUNTIME_DIR and XDG_STATE_HOME set to folders of the test's own.
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -61,9 +61,10 @@ await stub.invoke("a2a:close", chat1, "chat-1");
 assert.deepEqual((await chat1.next(([ch]) => ch === "a2a:end")).slice(1), ["chat-1", "discussant", null]);
 
 // Quitting waits for the host to close: the broker stops, then the app quits.
-const conn = join(process.env.XDG_RUNTIME_DIR, "a2a-bus", "connection.json");
+const conn = join(process.env.ELECTRON_USER_DATA, "a2a-bus", "connection.json"); // in the app's data dir
 const { pid } = JSON.parse(readFileSync(conn, "utf8"));
 process.kill(pid, 0); // the broker runs
+assert.ok(!existsSync(join(process.env.XDG_RUNTIME_DIR, "a2a-bus", "connection.json")), "the app's broker is not at serve's default place");
 app.quit();
 assert.equal(stub.prevented, 1, "will-quit was not prevented");
 assert.equal(stub.quit, false, "the app quit before the host closed");

@@ -1,5 +1,5 @@
 // A stand-in for the few Electron main-process calls the example makes:
-// app.whenReady, app.on/once, app.quit, app.exit, ipcMain.handle. Electron
+// app.whenReady, app.getPath("userData"), app.on/once, app.quit, app.exit, ipcMain.handle. Electron
 // emits before-quit and will-quit on app.quit(), and quits unless a
 // listener called preventDefault; `stub` is the test's side of it.
 import { EventEmitter } from "node:events";
@@ -61,6 +61,11 @@ function quitEvent() {
 
 export const app = {
   whenReady: () => ready,
+  /** The app's folders: "userData" is ELECTRON_USER_DATA, a folder of the test's own. */
+  getPath(name) {
+    if (name !== "userData" || !process.env.ELECTRON_USER_DATA) throw new Error(`the stand-in has no path for ${name}`);
+    return process.env.ELECTRON_USER_DATA;
+  },
   on(name, fn) {
     emitter.on(name, fn);
     return app;
