@@ -3,6 +3,7 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 import { selfFile } from "./self.cjs";
+import { BrokerStartError } from "./errors.js";
 
 /**
  * The a2a-bus broker a host starts when it is given no `binary`:
@@ -38,7 +39,7 @@ export function findBinary(from: string, platform: string, arch: string): string
   const file = join(dir, "bin", platform === "win32" ? "a2a-bus.exe" : "a2a-bus");
   const unpacked = outOfAsar(file);
   if (unpacked === file || existsSync(unpacked)) return unpacked;
-  throw new Error(
+  throw new BrokerStartError(
     `the a2a-bus binary ${file} is inside an asar archive, where it cannot be run, and ${unpacked} does not exist: ` +
       `unpack ${pkg} when packaging the app (electron-builder: "asarUnpack": ["**/node_modules/@a2a-bus/host-*/**"]; ` +
       `Electron Forge: packagerConfig.asar.unpack "**/node_modules/@a2a-bus/host-*/**")`,

@@ -1,6 +1,6 @@
 import { EventEmitter } from "node:events";
 
-import { A2ABusError, ClosedError, Codes } from "./errors.js";
+import { A2ABusError, BrokerStartError, ClosedError, Codes, ForeignBrokerError } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
 import type { HostEvents, Tell } from "./host-events.js";
@@ -147,6 +147,14 @@ export class Host extends EventEmitter<HostEvents> {
   }
 
   static async open(o: HostOptions = {}): Promise<Host> {
+    try {
+      return await Host.start(o);
+    } catch (err) {
+      throw asStartError(err);
+    }
+  }
+
+  private static async start(o: HostOptions): Promise<Host> {
     const kind = o.bus ?? "nats";
     const common = {
       dataDir: o.dataDir, // undefined: no --data-dir, serve's default
@@ -360,4 +368,18 @@ export function lineLimit(args: string[]): number {
   const limitGiven = named("max-message-bytes") || !!process.env.A2A_BUS_MAX_MESSAGE_BYTES;
   if (!limitGiven && (named("config") || !!process.env.A2A_BUS_CONFIG)) return MAX_PAYLOAD;
   return Math.min(Math.max(8 * messageLimit(args), MIN_PAYLOAD), MAX_PAYLOAD);
+}
+
+/**
+ * Every failure of Host.open to reach a broker is a BrokerStartError
+ * (or a ForeignBrokerError, a TypeError for a bad option, a broker's own
+ * error): one that arose as a plain Error (a connection file that cannot
+ * be read, a broker that does not answer its greeting) is wrapped, with
+ * it as the cause.
+ */
+function asStartError(err: unknown): unknown {
+  if (!(err instanceof Error) || err instanceof BrokerStartError || err instanceof ForeignBrokerError || err instanceof A2ABusError || err instanceof TypeError) {
+    return err;
+  }
+  return new BrokerStartError(`a2a-bus: the host could not reach a broker: ${err.message}`, { cause: err });
 }

@@ -7,7 +7,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 
-import { Host } from "../dist/index.js";
+import { BrokerStartError, Host } from "../dist/index.js";
 import { BUSES, binary, checkLeaks, tempDir, openHost, next, text, untilFinal } from "../testkit/helpers.mjs";
 
 checkLeaks();
@@ -24,7 +24,14 @@ for (const bus of BUSES) {
 }
 
 test("TestJoiningNeedsALiveBrokersFile [nats]", async (t) => {
-  await assert.rejects(Host.open({ bus: "nats", connectionFile: join(tempDir(t), "missing.json") }), /ENOENT/);
+  // A failure to reach a broker is typed, with what failed as its cause.
+  await assert.rejects(Host.open({ bus: "nats", connectionFile: join(tempDir(t), "missing.json") }), (err) => {
+    assert.ok(err instanceof BrokerStartError, `${err.name}: ${err.message}`);
+    assert.equal(err.code, "BROKER_START_FAILED");
+    assert.match(err.message, /ENOENT/);
+    assert.equal(err.cause?.code, "ENOENT");
+    return true;
+  });
 });
 
 test("TestAnUnknownBusIsRefused", async () => {

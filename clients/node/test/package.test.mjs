@@ -67,6 +67,8 @@ test("TestAPackagedElectronAppStartsTheBrokerOutsideItsArchive", (t) => {
   const self = tree(asar, "darwin-arm64"); // a folder here, an archive in Electron: resolved alike
   const unpacked = join(dir, "Resources", "app.asar.unpacked", "node_modules", "@a2a-bus", "host-darwin-arm64", "bin");
   assert.throws(() => findBinary(self, "darwin", "arm64"), (err) => {
+    assert.equal(err.name, "BrokerStartError");
+    assert.equal(err.code, "BROKER_START_FAILED");
     assert.match(err.message, /inside an asar archive/);
     assert.match(err.message, /asarUnpack/);
     assert.ok(err.message.includes(join(unpacked, "a2a-bus")));
