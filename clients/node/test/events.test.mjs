@@ -6,22 +6,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 
-import { BUSES, next, openHost, text, checkLeaks, askerAndWorker } from "../testkit/helpers.mjs";
+import { BUSES, next, openHost, text, checkLeaks, askerAndWorker, killBroker } from "../testkit/helpers.mjs";
 import { EventStream } from "../dist/events.js";
 
 checkLeaks();
-
-/** Kills the host's broker and waits until the host has started another. */
-async function killBroker(host) {
-  const pid = host.brokerPid;
-  process.kill(pid, "SIGKILL");
-  for (let i = 0; i < 1000; i++) {
-    const now = host.brokerPid;
-    if (now !== undefined && now !== pid) return;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  throw new Error("the host did not start its broker again");
-}
 
 /** Reads d's events in a loop until it ends; resolves with what it read. */
 function drain(d, opts) {

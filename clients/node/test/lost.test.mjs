@@ -6,25 +6,13 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import { isCode } from "../dist/index.js";
-import { BUSES, next, openHost, tempDir, text, checkLeaks, intercept, askerAndWorker } from "../testkit/helpers.mjs";
+import { BUSES, next, openHost, tempDir, text, checkLeaks, intercept, askerAndWorker, killBroker } from "../testkit/helpers.mjs";
 
 checkLeaks();
 
 // The safety check is left far beyond the tests' bounds: what wakes the
 // delegates is the rejoin, not a check.
 const CHECK_MS = 600_000;
-
-/** Kills the host's broker; resolves once its successor has started. */
-async function killBroker(host) {
-  const pid = host.brokerPid;
-  process.kill(pid, "SIGKILL");
-  for (let i = 0; i < 1000; i++) {
-    const now = host.brokerPid;
-    if (now !== undefined && now !== pid) return;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  throw new Error("the host did not start its broker again");
-}
 
 /** d's next resync within ms, skipping task events. */
 async function nextResync(d, ms = 15_000) {

@@ -155,3 +155,15 @@ export async function askerAndWorker(host) {
   await next(worker);
   return { asker, worker, task };
 }
+
+/** Kills the host's broker; resolves once the host has started another. */
+export async function killBroker(host) {
+  const pid = host.brokerPid;
+  process.kill(pid, "SIGKILL");
+  for (let i = 0; i < 1000; i++) {
+    const now = host.brokerPid;
+    if (now !== undefined && now !== pid) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error("the host did not start its broker again");
+}
