@@ -700,8 +700,10 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 		}
 		s, unsub := g.subscribe(string(req.Message.TaskID))
 		var t *wire.Task
+		// Runs to its answer even if the client goes meanwhile, as a
+		// new task's send does (below): the abandon clock needs it.
 		err = g.call(ctx, func() (err error) {
-			t, err = g.agent(ctx).Reply(ctx, string(req.Message.TaskID), *msg)
+			t, err = g.agent(ctx).Reply(context.WithoutCancel(ctx), string(req.Message.TaskID), *msg)
 			return err
 		})
 		if err != nil {
@@ -729,8 +731,13 @@ func (g *Gateway) send(ctx context.Context, req *a2a.SendMessageRequest) (*wire.
 	// and the subscription starts with it.
 	p, drop := g.expect()
 	var t *wire.Task
+	// Once under way, the send runs to its answer (the runtime bounds it:
+	// runtime.Config.CallTimeout) even if the client goes meanwhile: the
+	// broker may have made the task, and only with its id can the abandon
+	// clock (SendMessage) end it, so that it holds no slot of the
+	// client's cap for ever.
 	err = g.call(ctx, func() (err error) {
-		t, err = g.agent(ctx).Send(ctx, agent, *msg, meta)
+		t, err = g.agent(ctx).Send(context.WithoutCancel(ctx), agent, *msg, meta)
 		return err
 	})
 	if err != nil {
