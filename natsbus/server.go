@@ -8,6 +8,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -170,8 +171,11 @@ type Server struct {
 	bySession map[string]map[string]*credential // session -> user -> credential
 
 	// watch bounds what waits for the session connections.
-	watch     *admission.Watchdog
-	closeOnce sync.Once
+	watch *admission.Watchdog
+	// notePublished, when set (tests), is told of each publish the
+	// watchdog is told of.
+	notePublished atomic.Pointer[func(int)]
+	closeOnce     sync.Once
 }
 
 // StartServer starts the embedded server and waits until it accepts
@@ -416,7 +420,12 @@ func (s *Server) Close() error {
 
 // published tells the watchdog that the bus published n bytes that may
 // be delivered to session connections: a notification, a reply.
-func (s *Server) published(n int) { s.watch.Published(n) }
+func (s *Server) published(n int) {
+	s.watch.Published(n)
+	if note := s.notePublished.Load(); note != nil {
+		(*note)(n)
+	}
+}
 
 // subscribers counts the subscriptions that match a session's events
 // subject (wildcards, and the server's own that carry them from the

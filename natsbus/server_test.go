@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,14 +131,23 @@ func TestTheWatchdogLooksAtWhatTheBusDelivers(t *testing.T) {
 	looks = s.watch.Looks()
 
 	// A host's reply goes to no session connection: the host's health
-	// check must not make the watchdog look at all of them. A look
-	// would come a tick (100 ms) after the reply; ten ticks pass.
+	// check must not make the watchdog look at all of them. The service's
+	// count of host requests is raised once the reply has been sent and
+	// the watchdog told of it, or not.
+	var told atomic.Int64
+	note := func(int) { told.Add(1) }
+	s.notePublished.Store(&note)
 	host, err := Dial(ClientConfig{URL: b.URL(), Token: s.Token()})
 	require.NoError(t, err)
 	t.Cleanup(func() { host.Close() })
 	_, err = host.CallHost(context.Background(), wire.MethodAdminInfo, nil)
 	require.NoError(t, err)
-	time.Sleep(time.Second)
-	assert.Equal(t, looks, s.watch.Looks(), "a host's reply is not looked at")
-	assert.True(t, idle())
+	require.Eventually(t, func() bool { return b.svc.stats().Endpoints[endpointHost].NumRequests == 1 }, 5*time.Second, time.Millisecond, "the host's request is counted")
+	assert.Zero(t, told.Load(), "a host's reply is not told to the watchdog")
+	assert.Equal(t, looks, s.watch.Looks())
+	// A session's reply is, by the same count.
+	_, err = sess.Call(context.Background(), wire.MethodListAgents, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.svc.stats().Endpoints[endpointSession].NumRequests == 2 }, 5*time.Second, time.Millisecond, "the session's request is counted")
+	assert.Equal(t, int64(1), told.Load(), "a session's reply is told to the watchdog")
 }
