@@ -193,6 +193,11 @@ func (b *Broker) closeSession(revoker transport.SessionRevoker) func(context.Con
 				return nil, failed
 			}
 		}
+		if b.clustered() {
+			if err := b.cfg.Cluster.Events.Forget(ctx, p.ContextID); err != nil {
+				return nil, b.storeFailure("forget the session's notifications", err)
+			}
+		}
 		b.events.forget(p.ContextID)
 		return res, nil
 	}

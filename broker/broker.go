@@ -113,6 +113,11 @@ type Config struct {
 	// the agent is running or not. The ids under one (its id, "/",
 	// anything) are owned too.
 	OwnedInstances []string
+	// Cluster shares the broker's state with the other brokers of a
+	// cluster (see Cluster); nil: the broker is alone, as on one host.
+	// Store must then be the cluster's store.
+	Cluster *Cluster
+
 	// HostMethods are host-only methods the embedder serves beside the
 	// broker's (the A2A gateway's a2a.gateway.clients.*), dispatched as
 	// the bus's own host methods are. A name the broker or the bus has
@@ -151,6 +156,10 @@ type Broker struct {
 	wg     sync.WaitGroup // the orphan sweeper, the republisher
 
 	republish republisher
+
+	// mirrorState is, in a cluster, the registrations whose changes the
+	// registry has yet to copy.
+	mirrorState mirrorState
 
 	// failures logs the store's failures and the requests they fail
 	// once, then a count a minute, not once a request (a full disk fails
@@ -314,7 +323,17 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 		}
 		b.methods[name] = method{host: true, serve: hostMethod(fn)}
 	}
-	if err := b.startOrphanSweep(ctx); err != nil {
+	if cfg.Cluster != nil {
+		if cfg.Cluster.Registry == nil || cfg.Cluster.Events == nil || cfg.Cluster.Epoch == "" || cfg.Cluster.Broker == "" {
+			b.cancel()
+			return nil, fmt.Errorf("%w: Cluster needs its Broker, Epoch, Registry and Events", ErrInvalidConfig)
+		}
+		b.epoch = cfg.Cluster.Epoch
+		if err := b.startMirror(ctx); err != nil {
+			b.cancel()
+			return nil, err
+		}
+	} else if err := b.startOrphanSweep(ctx); err != nil {
 		b.cancel()
 		return nil, err
 	}
@@ -404,11 +423,17 @@ func (b *Broker) startHousekeeping() {
 }
 
 // Epoch returns the name of this broker run; it changes at every start.
+// In a cluster it is the cluster's (Cluster.Epoch).
 func (b *Broker) Epoch() string { return b.epoch }
 
 // Close stops the broker's own work (the orphan sweep, housekeeping). It neither closes
 // the bus nor the store. Idempotent.
 func (b *Broker) Close() error {
+	b.mirrorState.once.Do(func() {
+		if b.mirrorState.stop != nil {
+			b.mirrorState.stop()
+		}
+	})
 	// Under the republisher's lock: it starts no goroutine once canceled.
 	b.republish.mu.Lock()
 	b.cancel()

@@ -169,6 +169,10 @@ func (b *Broker) emit(recipient, session, fromSession, method string, params fun
 // happens: the session's later notifications wait for it. It may let go
 // of its locks first, and should (see the lock order in doc.go).
 func (b *Broker) post(recipient, session, fromSession, method string, params func(wire.EventHead) any) (notice, error) {
+	if b.clustered() {
+		// The cluster's log numbers, keeps and publishes it.
+		return notice{}, b.appendShared(recipient, session, fromSession, method, params)
+	}
 	l := &b.events
 	s := l.session(session, true)
 	s.mu.Lock()
@@ -416,6 +420,9 @@ func (b *Broker) replay(ctx context.Context, from transport.Caller, req *wire.Re
 	}
 	if p.AfterSeq == nil && !where {
 		return nil, wire.ErrInvalidParams.Withf("afterSeq: required with epoch")
+	}
+	if b.clustered() {
+		return b.replayShared(ctx, &p, where)
 	}
 	res := wire.ReplayResult{Epoch: b.epoch, Events: []json.RawMessage{}}
 	s := b.events.session(p.ContextID, false)

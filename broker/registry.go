@@ -492,10 +492,26 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 		r.reserved[a.id], reserved = true, true
 	}
 	r.mu.Unlock()
+	if reserved && b.clustered() {
+		// The name is the cluster's: claimed there before it is stored.
+		if err := b.claimName(ctx, a); err != nil {
+			r.mu.Lock()
+			done()
+			r.mu.Unlock()
+			return err
+		}
+	}
 	card.AgentID = a.id
 	a.card, _ = json.Marshal(card) // checked above, but for the suffix
-	err := b.store.PutRegistration(ctx, store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name, Card: a.card})
+	reg := store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name, Card: a.card}
+	if b.clustered() {
+		reg.TokenHash = tokenHashHex(a.tokenHash)
+	}
+	err := b.store.PutRegistration(ctx, reg)
 	if err != nil {
+		if reserved && b.clustered() {
+			b.releaseName(context.WithoutCancel(ctx), a.id, a.instance)
+		}
 		r.mu.Lock()
 		if reserved {
 			delete(r.reserved, a.id)
@@ -504,6 +520,9 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 		done()
 		r.mu.Unlock()
 		return b.storeFailure("store the registration", err)
+	}
+	if old != nil && old.id != a.id && b.clustered() {
+		b.releaseName(context.WithoutCancel(ctx), old.id, a.instance)
 	}
 	if old != nil {
 		// The same delegate registering again in its session replaces its
@@ -619,6 +638,9 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 		b.reg.hold(store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name})
 		b.reg.mu.Unlock()
 	} else {
+		if b.clustered() {
+			b.releaseName(ctx, a.id, a.instance)
+		}
 		b.reg.mu.Lock()
 		delete(b.reg.reserved, a.id)
 		b.reg.free(a.id)

@@ -33,6 +33,9 @@ var (
 	ErrExists = errors.New("store: task already exists")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("store: closed")
+	// ErrNameTaken is returned by a cluster's name claim for an agentId
+	// another instance holds.
+	ErrNameTaken = errors.New("store: name taken")
 )
 
 // Record is one stored task.
@@ -264,7 +267,8 @@ type Retention struct {
 
 // Registration is one live agent as the store keeps it: what a restarted
 // broker needs to hold the agent's name and instance id for it until it
-// registers again. No token is kept: a returning agent gets a fresh one.
+// registers again. No token is kept (but by a cluster: TokenHash): a
+// returning agent gets a fresh one.
 type Registration struct {
 	// Instance is the agent's instance id: the key.
 	Instance string `json:"instance"`
@@ -276,6 +280,11 @@ type Registration struct {
 	Name string `json:"name"`
 	// Card is its card as a2a.agents.list showed it.
 	Card json.RawMessage `json:"card,omitempty"`
+	// TokenHash is the hex SHA-256 of the agent's token, kept only by a
+	// cluster's store, so that every broker of the cluster can
+	// authenticate the agent; a single broker keeps no token, and a
+	// returning agent gets a fresh one.
+	TokenHash string `json:"tokenHash,omitempty"`
 }
 
 // Registry keeps the registrations of live agents. A change is

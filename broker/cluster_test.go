@@ -1,0 +1,324 @@
+package broker_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// fakeCluster is the shared state of brokers in one process, as a
+// cluster's JetStream gives it: one store, names claimed in one map,
+// registrations watched, and each session's notifications numbered in
+// one log and published on every broker's bus (a cluster's subjects
+// reach every server).
+type fakeCluster struct {
+	store.Store // shared; registrations are watched
+
+	mu       sync.Mutex
+	names    map[string]string // agentId -> instance
+	watchers map[int]func(string)
+	nextW    int
+	logs     map[string]*fakeLog
+	buses    []*fakebus.Bus
+}
+
+type fakeLog struct {
+	seq  uint64
+	kept []json.RawMessage // from oldest
+}
+
+func newFakeCluster() *fakeCluster {
+	return &fakeCluster{Store: store.NewMemory(), names: map[string]string{}, watchers: map[int]func(string){}, logs: map[string]*fakeLog{}}
+}
+
+func (c *fakeCluster) notify(instance string) {
+	c.mu.Lock()
+	ws := make([]func(string), 0, len(c.watchers))
+	for _, w := range c.watchers {
+		ws = append(ws, w)
+	}
+	c.mu.Unlock()
+	for _, w := range ws {
+		w(instance)
+	}
+}
+
+func (c *fakeCluster) PutRegistration(ctx context.Context, reg store.Registration) error {
+	if err := c.Store.PutRegistration(ctx, reg); err != nil {
+		return err
+	}
+	c.notify(reg.Instance)
+	return nil
+}
+
+func (c *fakeCluster) DeleteRegistration(ctx context.Context, instance string) error {
+	if err := c.Store.DeleteRegistration(ctx, instance); err != nil {
+		return err
+	}
+	c.notify(instance)
+	return nil
+}
+
+func (c *fakeCluster) ClaimName(_ context.Context, id, instance string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if holder, ok := c.names[id]; ok && holder != instance {
+		return store.ErrNameTaken
+	}
+	c.names[id] = instance
+	return nil
+}
+
+func (c *fakeCluster) ReleaseName(_ context.Context, id, instance string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.names[id] == instance {
+		delete(c.names, id)
+	}
+	return nil
+}
+
+func (c *fakeCluster) Registration(ctx context.Context, instance string) (*store.Registration, error) {
+	regs, err := c.Store.Registrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range regs {
+		if r.Instance == instance {
+			return &r, nil
+		}
+	}
+	return nil, store.ErrNotFound
+}
+
+func (c *fakeCluster) WatchRegistrations(ctx context.Context, fn func(string)) (func(), error) {
+	regs, err := c.Store.Registrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range regs {
+		fn(r.Instance)
+	}
+	c.mu.Lock()
+	id := c.nextW
+	c.nextW++
+	c.watchers[id] = fn
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.watchers, id)
+		c.mu.Unlock()
+	}, nil
+}
+
+func (c *fakeCluster) Append(_ context.Context, session string, build func(uint64) ([]byte, error)) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.logs[session]
+	if l == nil {
+		l = &fakeLog{}
+		c.logs[session] = l
+	}
+	msg, err := build(l.seq + 1)
+	if err != nil {
+		return 0, err
+	}
+	l.seq++
+	l.kept = append(l.kept, msg)
+	for _, b := range c.buses {
+		_ = b.Publish(session, msg)
+	}
+	return l.seq, nil
+}
+
+func (c *fakeCluster) Since(_ context.Context, session string, after uint64, _ int) ([]json.RawMessage, uint64, uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.logs[session]
+	if l == nil {
+		return nil, 1, 0, nil
+	}
+	oldest := l.seq - uint64(len(l.kept)) + 1
+	var out []json.RawMessage
+	for i, m := range l.kept {
+		if oldest+uint64(i) > after {
+			out = append(out, m)
+		}
+	}
+	return out, oldest, l.seq, nil
+}
+
+func (c *fakeCluster) Forget(_ context.Context, session string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.logs[session]; l != nil {
+		l.kept = nil
+	}
+	return nil
+}
+
+// broker starts one broker of the cluster.
+func (c *fakeCluster) broker(t *testing.T, id string) *env {
+	t.Helper()
+	return newEnvWrapped(t, broker.Config{
+		Store:   c,
+		Cluster: &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: c, Events: c},
+	}, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+		c.mu.Lock()
+		c.buses = append(c.buses, b)
+		c.mu.Unlock()
+		return b
+	})
+}
+
+// on returns a as its runtime would be if its requests went to e's
+// broker (another broker of the cluster).
+func (a *agent) on(e *env) *agent {
+	c := *a
+	c.e = e
+	return &c
+}
+
+// seen waits until self, on its broker, lists an agent with this id (the
+// other brokers' registrations reach a broker's copy a moment later).
+func seen(t *testing.T, self *agent, id string) wire.AgentCard {
+	t.Helper()
+	var card wire.AgentCard
+	require.Eventually(t, func() bool {
+		for _, c := range self.list() {
+			if c.AgentID == id {
+				card = c
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, time.Millisecond, "%s never saw %s", self.id, id)
+	return card
+}
+
+func TestClusterNamesAreUniqueAcrossBrokers(t *testing.T) {
+	c := newFakeCluster()
+	b1, b2 := c.broker(t, "b1"), c.broker(t, "b2")
+	first := b1.register("s1", "discussant")
+	second := b2.register("s2", "discussant")
+	assert.Equal(t, "discussant", first.id)
+	assert.Equal(t, "discussant-2", second.id)
+	// Each broker lists the other's agent with its session.
+	assert.Equal(t, "s2", seen(t, first, "discussant-2").ContextID)
+	assert.Equal(t, "s1", seen(t, second, "discussant").ContextID)
+	// A third, on the first broker once it has seen the second.
+	third := b1.register("s3", "discussant")
+	assert.Equal(t, "discussant-3", third.id)
+}
+
+func TestClusterANameTakenElsewhereIsSkippedBeforeItIsSeen(t *testing.T) {
+	c := newFakeCluster()
+	b1 := c.broker(t, "b1")
+	// Another broker's claim that has not reached this broker's copy.
+	require.NoError(t, c.ClaimName(context.Background(), "scribe", "elsewhere"))
+	a := b1.register("s1", "scribe")
+	assert.Equal(t, "scribe-2", a.id)
+}
+
+func TestClusterAnyBrokerServesAnAgent(t *testing.T) {
+	c := newFakeCluster()
+	b1, b2 := c.broker(t, "b1"), c.broker(t, "b2")
+	alice := b1.register("s1", "alice")
+	bob := b2.register("s2", "bob")
+	seen(t, alice, "bob")
+	seen(t, bob, "alice")
+
+	// alice's send goes to b2, which never saw her register: without to,
+	// the single other-session peer.
+	task, err := alice.on(b2).send("", "hello")
+	require.NoError(t, err)
+	assert.Equal(t, "bob", task.AgentName)
+	assert.Equal(t, "s2", task.AgentContextID)
+
+	// The event reaches only bob's session, numbered by the cluster.
+	ev := b2.event("s2")
+	assert.Equal(t, "s2", ev.Head().RecipientContextID)
+	assert.Equal(t, uint64(1), ev.Head().Seq)
+	assert.Equal(t, "cluster-epoch", ev.Head().Epoch)
+	b1.noEvent("s1")
+
+	// bob works it through b1; alice hears of it in her session.
+	_, err = bob.on(b1).update(task.ID, wire.StateCompleted, "done")
+	require.NoError(t, err)
+	got, err := alice.get(task.ID)
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateCompleted, got.Status.State)
+	ev = b1.event("s1")
+	assert.Equal(t, "s1", ev.Head().RecipientContextID)
+	assert.Equal(t, uint64(1), ev.Head().Seq)
+
+	// A stranger on either broker is not a member.
+	carol := b1.register("s3", "carol")
+	_, err = carol.on(b2).get(task.ID)
+	requireCode(t, err, wire.ErrUnknownAgent)
+}
+
+func TestClusterADeregistrationReachesEveryBroker(t *testing.T) {
+	c := newFakeCluster()
+	b1, b2 := c.broker(t, "b1"), c.broker(t, "b2")
+	alice := b1.register("s1", "alice")
+	bob := b2.register("s2", "bob")
+	seen(t, bob, "alice")
+	task := bob.mustSend("alice", "hi")
+
+	// alice leaves through the other broker: her token stops working on
+	// both, her task fails, and bob hears of it.
+	require.NoError(t, alice.on(b2).deregister())
+	require.Eventually(t, func() bool {
+		_, err := alice.tryCall(wire.MethodListAgents, nil)
+		return err != nil
+	}, 10*time.Second, time.Millisecond, "alice's token still works on her own broker")
+	requireCode(t, alice.tryDeregister(), wire.ErrUnauthorized)
+	got, err := bob.get(task.ID)
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateFailed, got.Status.State)
+	require.Eventually(t, func() bool {
+		return !slices.ContainsFunc(bob.on(b1).list(), func(c wire.AgentCard) bool { return c.AgentID == "alice" })
+	}, 10*time.Second, time.Millisecond)
+	// Her name is free in the cluster.
+	again := b1.register("s9", "alice")
+	assert.Equal(t, "alice", again.id)
+}
+
+func TestClusterReplayThroughAnotherBroker(t *testing.T) {
+	c := newFakeCluster()
+	b1, b2 := c.broker(t, "b1"), c.broker(t, "b2")
+	alice := b1.register("s1", "alice")
+	bob := b2.register("s2", "bob")
+	seen(t, alice, "bob")
+	alice.mustSend("bob", "one")
+	alice.mustSend("bob", "two")
+	for _, b := range []*env{b1, b2} {
+		res, err := bob.on(b).call(wire.MethodReplay, map[string]any{"contextId": "s2", "epoch": "cluster-epoch", "afterSeq": 1})
+		require.NoError(t, err)
+		var r wire.ReplayResult
+		require.NoError(t, json.Unmarshal(res, &r))
+		assert.Equal(t, uint64(2), r.LastSeq)
+		require.Len(t, r.Events, 1)
+		ev, err := wire.DecodeEvent(r.Events[0])
+		require.NoError(t, err)
+		assert.Equal(t, uint64(2), ev.Head().Seq)
+	}
+}
+
+func TestClusterConfigNeedsItsParts(t *testing.T) {
+	_, err := broker.New(context.Background(), fakebus.New(fakebus.Config{}), broker.Config{Cluster: &broker.Cluster{Broker: "b1"}})
+	require.ErrorIs(t, err, broker.ErrInvalidConfig)
+}
