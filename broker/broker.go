@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/internal/logsummary"
@@ -160,6 +161,9 @@ type Broker struct {
 	// mirrorState is, in a cluster, the registrations whose changes the
 	// registry has yet to copy.
 	mirrorState mirrorState
+	// live is, in a cluster, the brokers whose leases held at the last
+	// look.
+	live atomic.Pointer[map[string]bool]
 
 	// failures logs the store's failures and the requests they fail
 	// once, then a count a minute, not once a request (a full disk fails
@@ -324,13 +328,18 @@ func New(ctx context.Context, bus transport.Bus, cfg Config) (*Broker, error) {
 		b.methods[name] = method{host: true, serve: hostMethod(fn)}
 	}
 	if cfg.Cluster != nil {
-		if cfg.Cluster.Registry == nil || cfg.Cluster.Events == nil || cfg.Cluster.Epoch == "" || cfg.Cluster.Broker == "" {
+		c := cfg.Cluster
+		if c.Registry == nil || c.Events == nil || c.Leases == nil || c.Epoch == "" || c.Broker == "" || c.LeaseEvery < 0 {
 			b.cancel()
-			return nil, fmt.Errorf("%w: Cluster needs its Broker, Epoch, Registry and Events", ErrInvalidConfig)
+			return nil, fmt.Errorf("%w: Cluster needs its Broker, Epoch, Registry, Events and Leases", ErrInvalidConfig)
 		}
-		b.epoch = cfg.Cluster.Epoch
+		b.epoch = c.Epoch
 		if err := b.startMirror(ctx); err != nil {
 			b.cancel()
+			return nil, err
+		}
+		if err := b.startLeases(ctx); err != nil {
+			b.Close()
 			return nil, err
 		}
 	} else if err := b.startOrphanSweep(ctx); err != nil {

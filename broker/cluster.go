@@ -33,6 +33,14 @@ type Cluster struct {
 	Registry SharedRegistry
 	// Events numbers and keeps each session's notifications.
 	Events SharedEvents
+	// Leases tell which brokers are alive; an agent belongs to the broker
+	// it registered through (or that took it over), and is let go
+	// OrphanTimeout after that broker's lease lapsed.
+	Leases SharedLeases
+	// LeaseEvery is how often the broker renews its lease and looks at
+	// the others'. 0 means DefaultLeaseEvery. The lease's term, the
+	// store's, must be a few times longer.
+	LeaseEvery time.Duration
 }
 
 // SharedRegistry is the cluster's registry: the registrations themselves
@@ -55,6 +63,9 @@ type SharedRegistry interface {
 	// stop, with the instance of every registration put or deleted, in
 	// the order they were stored. fn must not block for long.
 	WatchRegistrations(ctx context.Context, fn func(instance string)) (stop func(), err error)
+	// Sync returns once the watch has called fn for every change stored
+	// before Sync was called.
+	Sync(ctx context.Context) error
 }
 
 // SharedEvents keeps each session's notifications for the cluster and
@@ -196,18 +207,36 @@ func (b *Broker) reconcile(ctx context.Context, instance string) error {
 	r.mu.RLock()
 	local := r.byInstance[instance]
 	r.mu.RUnlock()
-	if cur != nil && local != nil && cur.TokenHash == tokenHashHex(local.tokenHash) && cur.AgentID == local.id {
-		return nil // the same
-	}
 	var fresh *agent
 	if cur != nil {
 		h, err := hex.DecodeString(cur.TokenHash)
 		if err != nil || len(h) != 32 {
 			return fmt.Errorf("broker: the stored registration of %q has no token hash", instance)
 		}
+		if local != nil && cur.TokenHash == tokenHashHex(local.tokenHash) && cur.AgentID == local.id {
+			// The same agent, taken over by another broker.
+			r.mu.Lock()
+			local.broker = cur.Broker
+			r.mu.Unlock()
+			return nil
+		}
 		fresh = &agent{id: cur.AgentID, name: cur.Name, instance: cur.Instance, session: cur.Session,
-			card: cur.Card, hidden: b.hiddenSession(cur.Session)}
+			card: cur.Card, hidden: b.hiddenSession(cur.Session), broker: cur.Broker}
 		copy(fresh.tokenHash[:], h)
+	}
+	if fresh != nil {
+		r.mu.RLock()
+		other := r.byID[fresh.id]
+		r.mu.RUnlock()
+		if other != nil && other.instance != instance {
+			// The name was another instance's here, and the cluster has
+			// moved it on: that one's departure has not been copied yet.
+			// Both are brought in line again, that one first.
+			b.mirrorState.note(other.instance)
+			b.mirrorState.note(instance)
+			b.mirrorState.signal()
+			return nil
+		}
 	}
 	if local != nil {
 		local.revoke()
@@ -218,13 +247,6 @@ func (b *Broker) reconcile(ctx context.Context, instance string) error {
 		r.remove(local)
 	}
 	if fresh != nil {
-		if other := r.byID[fresh.id]; other != nil {
-			// The name was another instance's here, and the cluster has
-			// moved it on: that one is gone too, or will be shown gone
-			// by its own change.
-			other.revoke()
-			r.remove(other)
-		}
 		r.add(fresh)
 	}
 	return nil
@@ -353,4 +375,182 @@ func (b *Broker) replayShared(ctx context.Context, p *wire.ReplayParams, where b
 	}
 	res.Events = events
 	return res, nil
+}
+
+// SharedLeases tell which brokers of the cluster are alive: each renews
+// its own lease, which lapses when it stops renewing (the store's TTL,
+// not a timer of the broker that died).
+type SharedLeases interface {
+	// Renew keeps broker's lease for another term.
+	Renew(ctx context.Context, broker string) error
+	// Live returns the brokers whose leases hold.
+	Live(ctx context.Context) (map[string]bool, error)
+}
+
+// DefaultLeaseEvery is Cluster.LeaseEvery's default.
+const DefaultLeaseEvery = time.Second
+
+// startLeases renews the broker's lease every LeaseEvery, and lets go of
+// the agents of brokers whose leases have lapsed for OrphanTimeout: their
+// registrations deleted, their names freed, their open tasks closed as
+// if they had deregistered. An agent of a lapsed broker that calls
+// another broker meanwhile (its host lived, its broker did not) is taken
+// over by that broker, and kept. Every broker that notices does the same;
+// each step is one a second broker finds done.
+func (b *Broker) startLeases(ctx context.Context) error {
+	c := b.cfg.Cluster
+	if err := c.Leases.Renew(ctx, c.Broker); err != nil {
+		return fmt.Errorf("broker: take the broker's lease in the cluster: %w", err)
+	}
+	every := c.LeaseEvery
+	if every <= 0 {
+		every = DefaultLeaseEvery
+	}
+	b.wg.Go(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		lapsed := map[string]time.Time{} // broker -> when first seen lapsed
+		for {
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if err := c.Leases.Renew(b.ctx, c.Broker); err != nil && b.ctx.Err() == nil {
+				b.log.Warn("renewing the broker's lease failed", "error", err)
+			}
+			b.sweepLapsed(lapsed)
+		}
+	})
+	return nil
+}
+
+// sweepLapsed looks for the agents of brokers whose leases lapsed, and
+// lets go of those lapsed for OrphanTimeout. lapsed is the sweep's own.
+func (b *Broker) sweepLapsed(lapsed map[string]time.Time) {
+	live, err := b.cfg.Cluster.Leases.Live(b.ctx)
+	if err != nil {
+		if b.ctx.Err() == nil {
+			b.log.Warn("reading the cluster's leases failed", "error", err)
+		}
+		return
+	}
+	live[b.cfg.Cluster.Broker] = true
+	b.live.Store(&live)
+	now := b.cfg.Now()
+	byBroker := map[string][]*agent{}
+	b.reg.mu.RLock()
+	for _, a := range b.reg.byInstance {
+		if a.broker != "" && !live[a.broker] {
+			byBroker[a.broker] = append(byBroker[a.broker], a)
+		}
+	}
+	b.reg.mu.RUnlock()
+	for broker := range lapsed {
+		if byBroker[broker] == nil {
+			delete(lapsed, broker)
+		}
+	}
+	if b.cfg.OrphanTimeout == Forever {
+		return
+	}
+	for broker, agents := range byBroker {
+		since, ok := lapsed[broker]
+		if !ok {
+			lapsed[broker] = now
+			b.log.Info("a broker of the cluster has stopped renewing its lease; its agents are held for it", "broker", broker, "agents", len(agents), "timeout", b.orphanTimeout())
+			continue
+		}
+		if now.Sub(since) < b.cfg.OrphanTimeout {
+			continue
+		}
+		for _, a := range agents {
+			b.releaseLapsed(a)
+		}
+	}
+}
+
+// releaseLapsed lets go of a, an agent of a broker whose lease lapsed,
+// unless another broker has taken it over since.
+func (b *Broker) releaseLapsed(a *agent) {
+	unlock := b.lockInstance(a.instance)
+	defer unlock()
+	ctx := b.ctx
+	cur, err := b.cfg.Cluster.Registry.Registration(ctx, a.instance)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return // gone already; the watch tells this broker's copy
+	case err != nil:
+		b.log.Warn("reading an orphaned agent's registration failed; trying again later", "agentId", a.id, "error", err)
+		return
+	case cur.Broker != a.broker || cur.TokenHash != tokenHashHex(a.tokenHash):
+		return // taken over, or registered again
+	}
+	if err := b.store.DeleteRegistration(ctx, a.instance); err != nil {
+		b.log.Warn("deleting an orphaned agent's registration failed; trying again later", "agentId", a.id, "error", err)
+		return
+	}
+	b.log.Info("agent of a lapsed broker let go", "agentId", a.id, "contextId", a.session, "broker", a.broker)
+	if a.revoke() {
+		b.reg.mu.Lock()
+		b.reg.remove(a)
+		b.reg.mu.Unlock()
+	}
+	b.releaseName(ctx, a.id, a.instance)
+	if werr := b.closeTasksOf(ctx, a.instance, a.session); werr != nil {
+		b.log.Warn("closing an orphaned agent's tasks failed", "agentId", a.id, "error", werr.Message)
+	}
+}
+
+// adopt takes over a, an agent whose broker's lease has lapsed, when it
+// calls this broker: its registration names this broker from now on, so
+// that it is not let go while it lives. It runs once per agent, off the
+// caller's path.
+func (b *Broker) adopt(a *agent) {
+	live := b.live.Load()
+	if live == nil || (*live)[a.broker] || !a.adopting.CompareAndSwap(false, true) {
+		return
+	}
+	b.wg.Go(func() {
+		defer a.adopting.Store(false)
+		unlock := b.lockInstance(a.instance)
+		defer unlock()
+		cur, err := b.cfg.Cluster.Registry.Registration(b.ctx, a.instance)
+		if err != nil || cur.Broker != a.broker || cur.TokenHash != tokenHashHex(a.tokenHash) {
+			return
+		}
+		cur.Broker = b.cfg.Cluster.Broker
+		if err := b.store.PutRegistration(b.ctx, *cur); err != nil {
+			b.log.Warn("taking over an agent of a lapsed broker failed", "agentId", a.id, "error", err)
+			return
+		}
+		b.reg.mu.Lock()
+		a.broker = cur.Broker
+		b.reg.mu.Unlock()
+		b.log.Info("agent of a lapsed broker taken over", "agentId", a.id, "contextId", a.session)
+	})
+}
+
+// catchUpTimeout bounds how long a request with a token the registry does
+// not know waits for the cluster's latest registrations.
+const catchUpTimeout = 2 * time.Second
+
+// catchUp brings the registry in line with every registration the
+// cluster stored before it was called: a token issued by another broker
+// a moment ago works here at once (a host's requests may move between
+// brokers), not once the watch has come round to it.
+func (b *Broker) catchUp() {
+	ctx, cancel := context.WithTimeout(b.ctx, catchUpTimeout)
+	defer cancel()
+	if err := b.cfg.Cluster.Registry.Sync(ctx); err != nil {
+		b.log.Debug("catching up with the cluster's registrations failed", "error", err)
+		return
+	}
+	m := &b.mirrorState
+	for _, instance := range m.take() {
+		if !b.mirror(instance) {
+			m.note(instance)
+			m.signal()
+		}
+	}
 }

@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -32,6 +33,40 @@ type fakeCluster struct {
 	nextW    int
 	logs     map[string]*fakeLog
 	buses    []*fakebus.Bus
+	renewed  map[string]time.Time // broker -> last renewal
+	stopped  map[string]bool      // brokers whose renewals are ignored
+}
+
+// leaseTerm is how long a fake lease holds after its renewal.
+const leaseTerm = 100 * time.Millisecond
+
+func (c *fakeCluster) Renew(_ context.Context, broker string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopped[broker] {
+		c.renewed[broker] = time.Now()
+	}
+	return nil
+}
+
+func (c *fakeCluster) Live(context.Context) (map[string]bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	live := map[string]bool{}
+	for b, at := range c.renewed {
+		if time.Since(at) < leaseTerm {
+			live[b] = true
+		}
+	}
+	return live, nil
+}
+
+// lapse makes broker's lease lapse, as if it had died.
+func (c *fakeCluster) lapse(broker string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopped[broker] = true
+	delete(c.renewed, broker)
 }
 
 type fakeLog struct {
@@ -40,7 +75,8 @@ type fakeLog struct {
 }
 
 func newFakeCluster() *fakeCluster {
-	return &fakeCluster{Store: store.NewMemory(), names: map[string]string{}, watchers: map[int]func(string){}, logs: map[string]*fakeLog{}}
+	return &fakeCluster{Store: store.NewMemory(), names: map[string]string{}, watchers: map[int]func(string){}, logs: map[string]*fakeLog{},
+		renewed: map[string]time.Time{}, stopped: map[string]bool{}}
 }
 
 func (c *fakeCluster) notify(instance string) {
@@ -123,6 +159,10 @@ func (c *fakeCluster) WatchRegistrations(ctx context.Context, fn func(string)) (
 	}, nil
 }
 
+// Sync has nothing to wait for: the fake's watch is called before a
+// change returns.
+func (c *fakeCluster) Sync(context.Context) error { return nil }
+
 func (c *fakeCluster) Append(_ context.Context, session string, build func(uint64) ([]byte, error)) (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,10 +212,14 @@ func (c *fakeCluster) Forget(_ context.Context, session string) error {
 // broker starts one broker of the cluster.
 func (c *fakeCluster) broker(t *testing.T, id string) *env {
 	t.Helper()
-	return newEnvWrapped(t, broker.Config{
-		Store:   c,
-		Cluster: &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: c, Events: c},
-	}, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+	return c.brokerWith(t, id, broker.Config{})
+}
+
+func (c *fakeCluster) brokerWith(t *testing.T, id string, cfg broker.Config) *env {
+	t.Helper()
+	cfg.Store = c
+	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: c, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
 		c.mu.Lock()
 		c.buses = append(c.buses, b)
 		c.mu.Unlock()
@@ -321,4 +365,64 @@ func TestClusterReplayThroughAnotherBroker(t *testing.T) {
 func TestClusterConfigNeedsItsParts(t *testing.T) {
 	_, err := broker.New(context.Background(), fakebus.New(fakebus.Config{}), broker.Config{Cluster: &broker.Cluster{Broker: "b1"}})
 	require.ErrorIs(t, err, broker.ErrInvalidConfig)
+}
+
+func TestClusterTheAgentsOfALapsedBrokerAreLetGoAfterTheOrphanTimeout(t *testing.T) {
+	c := newFakeCluster()
+	cfg := broker.Config{OrphanTimeout: 300 * time.Millisecond}
+	b1, b2 := c.brokerWith(t, "b1", cfg), c.brokerWith(t, "b2", cfg)
+	alice := b1.register("s1", "alice")
+	bob := b2.register("s2", "bob")
+	seen(t, bob, "alice")
+	task := bob.mustSend("alice", "work")
+
+	// b1 and its host die: nothing renews b1's lease.
+	require.NoError(t, b1.broker.Close())
+	c.lapse("b1")
+
+	// b2 lets alice go: her task fails, bob hears of it, her name is free.
+	require.Eventually(t, func() bool {
+		got, err := bob.get(task.ID)
+		return err == nil && got.Status.State == wire.StateFailed
+	}, 10*time.Second, 5*time.Millisecond, "the lapsed broker's agent's task never failed")
+	assert.NotContains(t, ids(bob.list()), "alice")
+	_, err := c.Registration(context.Background(), alice.instance)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	requireCode(t, alice.on(b2).tryDeregister(), wire.ErrUnauthorized)
+	assert.Equal(t, "alice", b2.register("s3", "alice").id)
+}
+
+func TestClusterAnAgentThatCallsAnotherBrokerIsTakenOver(t *testing.T) {
+	c := newFakeCluster()
+	cfg := broker.Config{OrphanTimeout: 300 * time.Millisecond}
+	b1, b2 := c.brokerWith(t, "b1", cfg), c.brokerWith(t, "b2", cfg)
+	alice := b1.register("s1", "alice")
+	carol := b1.register("s4", "carol")
+	bob := b2.register("s2", "bob")
+	seen(t, bob, "alice")
+	seen(t, bob, "carol")
+
+	// Only b1 dies; alice's host lives, and its requests now go to b2.
+	require.NoError(t, b1.broker.Close())
+	c.lapse("b1")
+	require.Eventually(t, func() bool {
+		reg, err := c.Registration(context.Background(), alice.instance)
+		require.NoError(t, err)
+		if reg.Broker == "b2" {
+			return true
+		}
+		alice.on(b2).list() // a call: b2 takes her over once it sees b1 lapsed
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "alice was never taken over")
+
+	task := bob.mustSend("alice", "work")
+	// carol, who made no call, is let go after the orphan timeout: by then
+	// alice would have been too, had she not been taken over.
+	require.Eventually(t, func() bool {
+		_, err := c.Registration(context.Background(), carol.instance)
+		return errors.Is(err, store.ErrNotFound)
+	}, 10*time.Second, 5*time.Millisecond, "carol was never let go")
+	_, err := alice.on(b2).update(task.ID, wire.StateCompleted, "done")
+	require.NoError(t, err)
+	assert.Contains(t, ids(bob.list()), "alice")
 }

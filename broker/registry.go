@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/uuid"
 
@@ -37,6 +38,11 @@ type agent struct {
 	tokenHash [32]byte
 	card      json.RawMessage // the card as list shows it, encoded once
 	hidden    bool            // in a Config.HiddenSessions session
+
+	// In a cluster: the broker the agent belongs to (guarded by the
+	// registry's mu), and whether this broker is taking it over.
+	broker   string
+	adopting atomic.Bool
 }
 
 // enter takes a shared hold on a; it reports false, holding nothing, when
@@ -335,11 +341,24 @@ func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wir
 	// random, so a hash prefix cannot be steered toward one). A found
 	// entry is the token's by construction; there is nothing further to
 	// compare.
+	hash := hashToken(token)
 	b.reg.mu.RLock()
-	a := b.reg.byToken[hashToken(token)]
+	a := b.reg.byToken[hash]
+	b.reg.mu.RUnlock()
+	if a == nil && b.clustered() {
+		b.catchUp()
+		b.reg.mu.RLock()
+		a = b.reg.byToken[hash]
+		b.reg.mu.RUnlock()
+	}
+	b.reg.mu.RLock()
+	foreign := a != nil && a.broker != "" && b.clustered() && a.broker != b.cfg.Cluster.Broker
 	b.reg.mu.RUnlock()
 	if a == nil {
 		return nil, errRevoked()
+	}
+	if foreign {
+		b.adopt(a)
 	}
 	if from.Scope == transport.ScopeSession && a.session != from.Session {
 		return nil, wire.ErrUnauthorized.Withf("the token belongs to another session")
@@ -506,6 +525,8 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 	reg := store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name, Card: a.card}
 	if b.clustered() {
 		reg.TokenHash = tokenHashHex(a.tokenHash)
+		reg.Broker = b.cfg.Cluster.Broker
+		a.broker = reg.Broker
 	}
 	err := b.store.PutRegistration(ctx, reg)
 	if err != nil {

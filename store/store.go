@@ -285,6 +285,10 @@ type Registration struct {
 	// authenticate the agent; a single broker keeps no token, and a
 	// returning agent gets a fresh one.
 	TokenHash string `json:"tokenHash,omitempty"`
+	// Broker is, in a cluster, the broker the agent belongs to: the one
+	// it registered through, or the one that took it over when that one
+	// stopped.
+	Broker string `json:"broker,omitempty"`
 }
 
 // Registry keeps the registrations of live agents. A change is
