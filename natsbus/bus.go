@@ -60,6 +60,12 @@ type Config struct {
 	URL string
 	// CredsFile authenticates to URL with a NATS credentials file.
 	CredsFile string
+	// QueueGroup, with URL, makes every subscription on which the broker
+	// takes requests (a2a.rpc.*, a2a.host.rpc) a member of this queue
+	// group, so that the brokers sharing a cluster and a group each take
+	// a share of the requests and each request is served once. "" subscribes
+	// them plainly, as one broker alone does.
+	QueueGroup string
 	// Server configures the embedded server.
 	Server ServerConfig
 	// MaxMessageBytes is the protocol's message limit, and the embedded
@@ -96,8 +102,9 @@ const DefaultCloseGrace = 5 * time.Second
 // Validate reports the settings New refuses: ErrBadConfig for a negative
 // bound, a message limit out of range (wire.Limits.Valid), a SessionRate
 // that is negative or not a number, a Server.MaxMessageBytes other than
-// MaxMessageBytes, a CredsFile without URL; and, when the server is
-// embedded, what Server.Validate reports.
+// MaxMessageBytes, a CredsFile or QueueGroup without URL, a QueueGroup
+// with white space; and, when the server is embedded, what
+// Server.Validate reports.
 func (c Config) Validate() error {
 	errs := negatives(map[string]int64{
 		"MaxMessageBytes": int64(c.MaxMessageBytes), "MaxInFlight": int64(c.MaxInFlight),
@@ -112,6 +119,9 @@ func (c Config) Validate() error {
 	}
 	if c.Server.MaxMessageBytes != 0 && c.Server.MaxMessageBytes != c.MaxMessageBytes {
 		errs = append(errs, fmt.Errorf("%w: Server.MaxMessageBytes is %d, MaxMessageBytes %d: set MaxMessageBytes only", ErrBadConfig, c.Server.MaxMessageBytes, c.MaxMessageBytes))
+	}
+	if c.QueueGroup != "" && (c.URL == "" || strings.ContainsAny(c.QueueGroup, " \t\r\n")) {
+		errs = append(errs, fmt.Errorf("%w: QueueGroup %q: a queue group is for an external server (URL), and has no white space", ErrBadConfig, c.QueueGroup))
 	}
 	if c.URL == "" {
 		if c.CredsFile != "" {
@@ -289,7 +299,7 @@ func (b *Bus) Serve(h transport.Handler) error {
 		return transport.ErrServing
 	}
 	for _, subj := range []string{RPCPrefix + "*", HostRPC} {
-		sub, err := b.nc.Subscribe(subj, func(m *nats.Msg) {
+		sub, err := b.nc.QueueSubscribe(subj, b.cfg.QueueGroup, func(m *nats.Msg) {
 			b.dispatch(h, inbound{subject: m.Subject, reply: m.Reply, data: m.Data, publish: b.nc.Publish}, b.server == nil)
 		})
 		if err != nil {
@@ -297,6 +307,9 @@ func (b *Bus) Serve(h transport.Handler) error {
 		}
 		b.subs = append(b.subs, sub)
 	}
+	// The service API is not in the queue group: each broker is an
+	// instance of the service, which answers PING, INFO and STATS for
+	// itself.
 	if err := b.svc.answer(b.nc); err != nil {
 		b.svc.stop()
 		return err
