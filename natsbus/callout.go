@@ -269,7 +269,7 @@ func (c *callout) answer(m *nats.Msg) {
 	}
 	req, err := jwt.DecodeAuthorizationRequestClaims(string(m.Data))
 	if err != nil || !nkeys.IsValidPublicServerKey(req.Issuer) || !nkeys.IsValidPublicUserKey(req.UserNkey) {
-		c.log.Warn("auth callout: a request that is not a server's ignored", "error", err)
+		c.log.Debug("auth callout: a request that is not a server's ignored", "error", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), calloutWait(req.Expires))
