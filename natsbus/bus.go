@@ -60,6 +60,17 @@ type Config struct {
 	URL string
 	// CredsFile authenticates to URL with a NATS credentials file.
 	CredsFile string
+	// QueueGroup, with URL, makes every subscription on which the broker
+	// takes requests (a2a.rpc.*, a2a.host.rpc, and the auth callout's)
+	// a member of this queue group, so that the brokers sharing a
+	// cluster and a group each take a share of the requests and each
+	// request is served once. "" subscribes them plainly, as one broker
+	// alone does.
+	QueueGroup string
+	// Callout issues session credentials on an external server, through
+	// its auth callout (see CalloutConfig). The zero value leaves them to
+	// the operator.
+	Callout CalloutConfig
 	// Server configures the embedded server.
 	Server ServerConfig
 	// MaxMessageBytes is the protocol's message limit, and the embedded
@@ -96,8 +107,9 @@ const DefaultCloseGrace = 5 * time.Second
 // Validate reports the settings New refuses: ErrBadConfig for a negative
 // bound, a message limit out of range (wire.Limits.Valid), a SessionRate
 // that is negative or not a number, a Server.MaxMessageBytes other than
-// MaxMessageBytes, a CredsFile without URL; and, when the server is
-// embedded, what Server.Validate reports.
+// MaxMessageBytes, a CredsFile, QueueGroup or Callout without URL, a
+// QueueGroup with white space, a Callout.Seed that is not an account's
+// seed; and, when the server is embedded, what Server.Validate reports.
 func (c Config) Validate() error {
 	errs := negatives(map[string]int64{
 		"MaxMessageBytes": int64(c.MaxMessageBytes), "MaxInFlight": int64(c.MaxInFlight),
@@ -113,6 +125,10 @@ func (c Config) Validate() error {
 	if c.Server.MaxMessageBytes != 0 && c.Server.MaxMessageBytes != c.MaxMessageBytes {
 		errs = append(errs, fmt.Errorf("%w: Server.MaxMessageBytes is %d, MaxMessageBytes %d: set MaxMessageBytes only", ErrBadConfig, c.Server.MaxMessageBytes, c.MaxMessageBytes))
 	}
+	if c.QueueGroup != "" && (c.URL == "" || strings.ContainsAny(c.QueueGroup, " \t\r\n")) {
+		errs = append(errs, fmt.Errorf("%w: QueueGroup %q: a queue group is for an external server (URL), and has no white space", ErrBadConfig, c.QueueGroup))
+	}
+	errs = append(errs, c.Callout.validate(c.URL != "")...)
 	if c.URL == "" {
 		if c.CredsFile != "" {
 			errs = append(errs, fmt.Errorf("%w: CredsFile is for an external server (URL)", ErrBadConfig))
@@ -155,13 +171,18 @@ func (c Config) withDefaults() Config {
 }
 
 // Bus is the broker side over NATS. It implements transport.Bus and
-// transport.HostMethodProvider (a2a.sessions.* when it embeds the server).
+// transport.HostMethodProvider (a2a.sessions.* when it embeds the server
+// or answers an external server's auth callout).
 type Bus struct {
 	cfg    Config
 	log    *slog.Logger
 	server *Server // nil on an external server
 	nc     *nats.Conn
 	url    string
+
+	// callout issues session credentials on an external server (nil
+	// without Config.Callout).
+	callout *callout
 
 	ctx    context.Context // canceled by Close; handler calls run under it
 	cancel context.CancelFunc
@@ -255,6 +276,13 @@ func New(cfg Config) (*Bus, error) {
 	}
 	b.nc = nc
 	b.payload = int(nc.MaxPayload())
+	if cfg.Callout.Seed != "" {
+		if b.callout, err = newCallout(cfg, nc); err != nil {
+			b.cancel()
+			nc.Close()
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -289,7 +317,7 @@ func (b *Bus) Serve(h transport.Handler) error {
 		return transport.ErrServing
 	}
 	for _, subj := range []string{RPCPrefix + "*", HostRPC} {
-		sub, err := b.nc.Subscribe(subj, func(m *nats.Msg) {
+		sub, err := b.nc.QueueSubscribe(subj, b.cfg.QueueGroup, func(m *nats.Msg) {
 			b.dispatch(h, inbound{subject: m.Subject, reply: m.Reply, data: m.Data, publish: b.nc.Publish}, b.server == nil)
 		})
 		if err != nil {
@@ -297,6 +325,14 @@ func (b *Bus) Serve(h transport.Handler) error {
 		}
 		b.subs = append(b.subs, sub)
 	}
+	if b.callout != nil {
+		if err := b.callout.serve(b.nc, b.cfg.QueueGroup); err != nil {
+			return err
+		}
+	}
+	// The service API is not in the queue group: each broker is an
+	// instance of the service, which answers PING, INFO and STATS for
+	// itself.
 	if err := b.svc.answer(b.nc); err != nil {
 		b.svc.stop()
 		return err
@@ -488,12 +524,12 @@ func (b *Bus) Publish(session string, msg []byte) error {
 }
 
 // HostMethods implements transport.HostMethodProvider: a2a.sessions.open,
-// when the server is embedded. On an external server the operator owns
-// the credentials and this method does not exist. (a2a.sessions.close is
-// the broker's, which deregisters the session's agents after
-// RevokeSession.)
+// when the server is embedded or Config.Callout is set. Otherwise, on an
+// external server, the operator owns the credentials and this method does
+// not exist. (a2a.sessions.close is the broker's, which deregisters the
+// session's agents after RevokeSession.)
 func (b *Bus) HostMethods() map[string]transport.HostMethod {
-	if b.server == nil {
+	if b.server == nil && b.callout == nil {
 		return nil
 	}
 	decode := func(params json.RawMessage) (string, error) {
@@ -507,10 +543,13 @@ func (b *Bus) HostMethods() map[string]transport.HostMethod {
 		return p.ContextID, nil
 	}
 	return map[string]transport.HostMethod{
-		wire.MethodSessionOpen: func(_ context.Context, params json.RawMessage) (any, error) {
+		wire.MethodSessionOpen: func(ctx context.Context, params json.RawMessage) (any, error) {
 			session, err := decode(params)
 			if err != nil {
 				return nil, err
+			}
+			if b.server == nil {
+				return b.callout.issue(ctx, session)
 			}
 			if err := b.serveSession(session, nil); err != nil {
 				return nil, err
@@ -639,10 +678,20 @@ type servedSession struct {
 }
 
 // RevokeSession implements transport.SessionRevoker, when the server is
-// embedded.
-func (b *Bus) RevokeSession(_ context.Context, session string) error {
+// embedded or Config.Callout is set: on an external server the
+// revocation holds for every broker that shares the Revocations, and the
+// session's connections are closed on every server (with
+// Callout.SystemURL) or when their user JWT ends.
+func (b *Bus) RevokeSession(ctx context.Context, session string) error {
 	if b.server == nil {
-		return errors.New("natsbus: session credentials need the embedded server")
+		if b.callout == nil {
+			return errors.New("natsbus: session credentials need the embedded server or an auth callout")
+		}
+		if err := b.callout.revoke(ctx, session); err != nil {
+			return err
+		}
+		b.fair.Forget(session)
+		return nil
 	}
 	b.server.CloseSession(session)
 	b.mu.Lock()
@@ -714,6 +763,9 @@ func (b *Bus) Close() error {
 		b.served = map[string]*servedSession{}
 		b.mu.Unlock()
 		b.svc.stop() // no longer announced as serving
+		if b.callout != nil {
+			b.callout.close() // another broker of the group answers
+		}
 		// One grace for all that follows: taking in what was sent, and
 		// letting what runs finish.
 		graceEnd := time.Now().Add(b.cfg.CloseGrace)

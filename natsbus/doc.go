@@ -15,10 +15,14 @@
 // The package has three parts. The transport is Bus and Client (bus.go,
 // client.go, replies.go, service.go, subject.go). The embedded server and
 // the credentials it issues are Server (server.go, server_*.go), which
-// the bus starts unless it is given a URL. Admission, which requests run
-// and which wait, and which session connections are cut so that what
-// waits for them stays bounded, is package natsbus/internal/admission,
-// which knows nothing of NATS.
+// the bus starts unless it is given a URL. On a server it does not embed,
+// the bus issues session credentials through the server's auth callout
+// when given the issuer's seed (callout.go, revocations.go), and brokers
+// sharing a cluster share its requests in a queue group
+// (Config.QueueGroup). Admission, which requests run and which wait, and
+// which session connections are cut so that what waits for them stays
+// bounded, is package natsbus/internal/admission, which knows nothing of
+// NATS.
 //
 // Each Config's zero value is its defaults; Validate reports what New,
 // StartServer and Dial refuse.
