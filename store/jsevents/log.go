@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -205,6 +206,10 @@ type Log struct {
 	seed   maphash.Seed
 	shards [numShards]shard
 
+	stats struct {
+		appends, conflicts, retries, unanswered, duplicates atomic.Uint64
+	}
+
 	done      chan struct{}
 	closeOnce sync.Once
 }
@@ -229,10 +234,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 	var st jetstream.Stream
 	backoff := minBackoff
 	for {
-		st, err = js.CreateStream(ctx, want)
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		st, err = js.CreateStream(actx, want)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = js.Stream(ctx, cfg.Stream)
+			st, err = js.Stream(actx, cfg.Stream)
 		}
+		cancel()
 		if err == nil || !transient(err) || ctx.Err() != nil {
 			break
 		}
@@ -261,6 +268,33 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		l.shards[i].m = map[string]*session{}
 	}
 	return l, nil
+}
+
+// Stats counts what a Log's appends met since Open.
+type Stats struct {
+	// Appends is how many Appends succeeded.
+	Appends uint64
+	// Conflicts is how many attempts the stream refused because another
+	// Log had numbered a notification of the session first.
+	Conflicts uint64
+	// Retries is how many attempts found no stream leader or a busy one.
+	Retries uint64
+	// Unanswered is how many attempts got no answer (timed out).
+	Unanswered uint64
+	// Duplicates is how many attempts were recognised as a repeat of an
+	// unanswered one that had been stored.
+	Duplicates uint64
+}
+
+// Stats returns the counts so far.
+func (l *Log) Stats() Stats {
+	return Stats{
+		Appends:    l.stats.appends.Load(),
+		Conflicts:  l.stats.conflicts.Load(),
+		Retries:    l.stats.retries.Load(),
+		Unanswered: l.stats.unanswered.Load(),
+		Duplicates: l.stats.duplicates.Load(),
+	}
 }
 
 // Epoch names the stream's numbering: 32 hex digits chosen when the
@@ -356,14 +390,17 @@ func (l *Log) Append(ctx context.Context, session string, build func(seq uint64)
 			if ack.Duplicate {
 				// An earlier attempt that went unanswered was stored: its
 				// seq is in its header.
+				l.stats.duplicates.Add(1)
 				s.known = false
 				got, err := l.getSeq(ctx, ack.Seq)
 				if err != nil {
 					return fail(fmt.Errorf("stored at stream sequence %d, not read back: %w", ack.Seq, err))
 				}
+				l.stats.appends.Add(1)
 				return got.seq, nil
 			}
 			s.seq, s.sseq = seq, ack.Seq
+			l.stats.appends.Add(1)
 			return seq, nil
 		}
 		if errors.Is(err, errUnanswered) {
@@ -374,17 +411,18 @@ func (l *Log) Append(ctx context.Context, session string, build func(seq uint64)
 			// Another broker numbered one first: read again, at once
 			// when the last seq was stale, after a pause when a write
 			// was in flight (10164), which would only be refused again.
+			l.stats.conflicts.Add(1)
 			s.known = false
 			if code(err) != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
 				backoff = minBackoff
 				continue
 			}
 		case uncertain:
+			l.stats.unanswered.Add(1)
 			maybe = true
 			s.known = false
-		case retry:
-		case pending:
-			maybe = true
+		case retry, pending:
+			l.stats.retries.Add(1)
 		default:
 			return fail(err)
 		}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -320,7 +324,21 @@ func TestOpenJoinsTheStreamAndRefusesAnotherShape(t *testing.T) {
 	if err := js.DeleteStream(testContext(t), jsevents.DefaultStream); err != nil {
 		t.Fatal(err)
 	}
-	c := open(t, nc, jsevents.Config{Window: 7})
+	// The server removes the old stream's files after it answers the
+	// delete: a create in between can find them still there (10049).
+	var c *jsevents.Log
+	waitUntil(t, "the stream made again", func() bool {
+		c, err = jsevents.Open(testContext(t), nc, jsevents.Config{Window: 7})
+		var api *jetstream.APIError
+		if errors.As(err, &api) && api.ErrorCode == 10049 {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
+	t.Cleanup(func() { _ = c.Close() })
 	if c.Epoch() == a.Epoch() || len(c.Epoch()) != 32 {
 		t.Fatalf("epoch of a new stream %q, old %q", c.Epoch(), a.Epoch())
 	}
@@ -367,19 +385,19 @@ func TestConcurrentAppendsOnOneServerStayDense(t *testing.T) {
 		recs[id] = record(t, sub, id)
 	}
 	const perWriter = 25
-	res := appendConcurrently(t, logs, sessions, 4, perWriter, nil)
+	res := appendConcurrently(t, "w", logs, sessions, 4, perWriter, nil)
 	for _, id := range sessions {
 		checkDense(t, logs[0], id, res[id], recs[id], true)
 	}
 }
 
 // appendConcurrently runs writers goroutines per Log per session, each
-// appending n events with ids of its own, and returns per session the id
+// appending n events with ids of its own (starting with tag), and returns per session the id
 // each successful Append got its seq for. While running, after every
 // append it calls tick (if not nil) with the count of successes so far.
 // An Append that fails is allowed only with ErrMaybeStored, and only when
 // failures are allowed (tick not nil); it is retried with a new id.
-func appendConcurrently(t *testing.T, logs []*jsevents.Log, sessions []string, writers, n int, tick func(int64)) map[string]map[uint64]string {
+func appendConcurrently(t *testing.T, tag string, logs []*jsevents.Log, sessions []string, writers, n int, tick func(int64)) map[string]map[uint64]string {
 	t.Helper()
 	type result struct {
 		session, id string
@@ -394,7 +412,7 @@ func appendConcurrently(t *testing.T, logs []*jsevents.Log, sessions []string, w
 			for w := range writers {
 				go func() {
 					for i := 0; i < n; {
-						id := fmt.Sprintf("log%d-w%d-%d", li, w, i)
+						id := fmt.Sprintf("%s-log%d-w%d-%d", tag, li, w, i)
 						seq, err := l.Append(ctx, session, func(seq uint64) ([]byte, error) {
 							return body(seq, id, ""), nil
 						})
@@ -476,4 +494,146 @@ func checkDense(t *testing.T, l *jsevents.Log, session string, appended map[uint
 	}
 	t.Logf("session %q: %d stored, live subscriber missed %d, repeated %d", session, len(stored), missed, repeated)
 	return stored
+}
+
+// An attempt whose answer is lost but that was stored is recognised when
+// Append tries again (by its Nats-Msg-Id): the notification is stored once
+// and Append returns the seq it was stored under.
+func TestAnUnansweredAppendThatWasStoredIsNotStoredTwice(t *testing.T) {
+	s := runServer(t)
+	p := startProxy(t, s.Addr().String())
+	l := open(t, connect(t, "nats://"+p.addr()), jsevents.Config{})
+	other := open(t, connect(t, s.ClientURL()), jsevents.Config{})
+	appendID(t, l, "s", "first")
+
+	p.hold() // the server's answers to l wait in the proxy
+	done := make(chan error, 1)
+	var seq uint64
+	var builds atomic.Int32
+	go func() {
+		var err error
+		seq, err = l.Append(testContext(t), "s", func(seq uint64) ([]byte, error) {
+			builds.Add(1)
+			return body(seq, "held", ""), nil
+		})
+		done <- err
+	}()
+	// Stored, unanswered: release once the Log has given up on the attempt.
+	waitUntil(t, "the attempt stored", func() bool {
+		last, err := other.Last(testContext(t), "s")
+		return err == nil && last == 2
+	})
+	waitUntil(t, "the attempt timed out", func() bool { return l.Stats().Unanswered > 0 })
+	p.release()
+	if err := <-done; err != nil || seq != 2 {
+		t.Fatalf("append: seq %d, %v; want 2", seq, err)
+	}
+	stored, _, last := all(t, other, "s", 0)
+	if last != 2 || len(stored) != 2 || decode(t, stored[1]).ID != "held" {
+		t.Fatalf("stored %d, last %d", len(stored), last)
+	}
+	if st := l.Stats(); st.Duplicates != 1 || builds.Load() < 2 {
+		t.Fatalf("stats %+v, %d builds: want the retry recognised as a duplicate", st, builds.Load())
+	}
+}
+
+// waitUntil polls cond until it holds, or fails the test.
+func waitUntil(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	timer := time.NewTimer(deadline)
+	defer timer.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-timer.C:
+			t.Fatalf("%s: never", what)
+		case <-tick.C:
+		}
+	}
+}
+
+// proxy forwards one TCP connection to a server, and can hold back what
+// the server sends (without losing it) until released.
+type proxy struct {
+	l    net.Listener
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	held bool
+	gate *sync.Cond
+	// conns to close at the end
+	conns []net.Conn
+}
+
+func startProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l}
+	p.gate = sync.NewCond(&p.mu)
+	p.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			p.wg.Go(func() { _, _ = io.Copy(s, c); _ = s.Close() })
+			p.wg.Go(func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := s.Read(buf)
+					p.mu.Lock()
+					for p.held {
+						p.gate.Wait()
+					}
+					p.mu.Unlock()
+					if n > 0 {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				_ = c.Close()
+			})
+		}
+	})
+	t.Cleanup(func() {
+		_ = l.Close()
+		p.release()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) addr() string { return p.l.Addr().String() }
+
+func (p *proxy) hold() {
+	p.mu.Lock()
+	p.held = true
+	p.mu.Unlock()
+}
+
+func (p *proxy) release() {
+	p.mu.Lock()
+	p.held = false
+	p.gate.Broadcast()
+	p.mu.Unlock()
 }
