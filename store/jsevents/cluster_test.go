@@ -343,8 +343,9 @@ func logStats(t *testing.T, logs []*jsevents.Log) {
 }
 
 // BenchmarkClusterAppend compares Append on an R3 stream with a bare
-// JetStream publish to an R3 stream on the same cluster, both one at a
-// time from one connection.
+// JetStream publish to an R3 stream on the same cluster: one at a time
+// from one connection, then six at a time from three connections (one per
+// node), each on its own session, then all on one session.
 func BenchmarkClusterAppend(b *testing.B) {
 	c := startCluster(b)
 	nc := connect(b, c.urls(c.nodes[0]))
@@ -372,11 +373,39 @@ func BenchmarkClusterAppend(b *testing.B) {
 			}
 		}
 	})
-	b.Run("append-3-logs-1-session", func(b *testing.B) {
-		logs := []*jsevents.Log{l}
-		for _, n := range c.nodes[1:] {
-			logs = append(logs, open(b, connect(b, c.urls(n)), jsevents.Config{Replicas: 3}))
-		}
+	logs := []*jsevents.Log{l}
+	for _, n := range c.nodes[1:] {
+		logs = append(logs, open(b, connect(b, c.urls(n)), jsevents.Config{Replicas: 3}))
+	}
+	// Six at a time, from the three nodes.
+	b.Run("bare-publish-parallel", func(b *testing.B) {
+		var i atomic.Int64
+		b.SetParallelism(3)
+		b.RunParallel(func(pb *testing.PB) {
+			subj := fmt.Sprint("bare.p", i.Add(1))
+			for pb.Next() {
+				if _, err := js.Publish(ctx, subj, payload); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("append-parallel-sessions", func(b *testing.B) {
+		var i atomic.Int64
+		b.SetParallelism(3)
+		b.RunParallel(func(pb *testing.PB) {
+			n := i.Add(1)
+			l, session := logs[n%3], fmt.Sprint("parallel-", n)
+			for pb.Next() {
+				if _, err := l.Append(ctx, session, func(uint64) ([]byte, error) { return payload, nil }); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("append-parallel-1-session", func(b *testing.B) {
 		var i atomic.Int64
 		b.SetParallelism(3)
 		b.RunParallel(func(pb *testing.PB) {

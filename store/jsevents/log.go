@@ -336,7 +336,7 @@ func (l *Log) subjects(session string) (subjects, error) {
 // notification's body for a seq; it may be called more than once (once
 // per attempt, when other brokers number the session's notifications at
 // the same time), and only the body of the last call is stored. An error
-// from build ends Append with it (wrapped), nothing stored.
+// from build ends Append with it (wrapped); that attempt stores nothing.
 //
 // Append returns the seq the notification got: one more than the
 // session's last, whichever Log numbered that one. An error other than
@@ -377,7 +377,7 @@ func (l *Log) Append(ctx context.Context, session string, build func(seq uint64)
 		seq := s.seq + 1
 		body, err := build(seq)
 		if err != nil {
-			return 0, fmt.Errorf("jsevents: build notification %d of session %q: %w", seq, session, err)
+			return fail(fmt.Errorf("build notification %d: %w", seq, err))
 		}
 		m := nats.NewMsg(subj.event)
 		m.Data = body
@@ -564,6 +564,9 @@ func (l *Log) since(ctx context.Context, subj subjects, afterSeq uint64, maxByte
 func (l *Log) locate(ctx context.Context, subject string, want uint64, first, last stored) (uint64, error) {
 	if want == first.seq {
 		return first.sseq, nil
+	}
+	if last.seq < want || last.seq-want >= last.sseq {
+		return 0, errMoved // reads out of step
 	}
 	lo := first.sseq + (want - first.seq)
 	hi := last.sseq - (last.seq - want)
