@@ -1,0 +1,247 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// Create implements store.Tasks: the record, its index entries and its
+// session's count of open tasks in one atomic batch, whose
+// compare-and-sets require the task id and the send key free and the
+// count unchanged since it was read against maxOpen.
+func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	data, err := rec.Encode()
+	if err != nil {
+		return fmt.Errorf("jsstore: encode task %s: %w", rec.Task.ID, err)
+	}
+	id, state := rec.Task.ID, rec.Task.Status.State
+	req, asg := rec.RequesterInstance, rec.AssigneeInstance
+	b := s.tasks
+	var taskRev, sendRev uint64 // the revisions that mean "absent"
+	for try := 0; ; try++ {
+		ops := []op{
+			put(taskKey(id), data, int64(taskRev)),
+			put(memberKey(req, true, id), nil, anyRev),
+			put(memberKey(asg, false, id), nil, anyRev),
+		}
+		if state.Open() {
+			count, rev, err := s.openCount(ctx, rec.Task.ContextID)
+			if err != nil {
+				return err
+			}
+			if maxOpen > 0 && count >= maxOpen {
+				return store.ErrLimit
+			}
+			ops = append(ops,
+				put(openKey(req, true, id), nil, anyRev),
+				put(openKey(asg, false, id), nil, anyRev),
+				put(sessionKey(rec.Task.ContextID), []byte(strconv.Itoa(count+1)), int64(rev)))
+		}
+		if state.Terminal() {
+			ops = append(ops, put(endedKey(rec.Task.UpdatedAt.Time, id), nil, anyRev))
+		}
+		if rec.SendKey != "" {
+			ops = append(ops, put(sendKey(req, rec.SendKey), []byte(id), int64(sendRev)))
+		}
+		_, err := b.write(ctx, ops...)
+		if !conflict(err) {
+			return err
+		}
+		// Which compare-and-set failed: the task's, the send key's, or
+		// the count's (which the next try reads again).
+		t, err := b.get(ctx, taskKey(id))
+		if err != nil {
+			return err
+		}
+		if t.live() {
+			return store.ErrExists
+		}
+		taskRev = t.absentRev()
+		if rec.SendKey != "" {
+			k, err := b.get(ctx, sendKey(req, rec.SendKey))
+			if err != nil {
+				return err
+			}
+			if k.live() {
+				return ErrSendKeyTaken
+			}
+			sendRev = k.absentRev()
+		}
+		if err := backoff(ctx, try, "create task "+id); err != nil {
+			return err
+		}
+	}
+}
+
+// openCount reads the number of open tasks session requested, and the
+// revision of that count (0 when the session has none).
+func (s *Store) openCount(ctx context.Context, session string) (count int, rev uint64, err error) {
+	e, err := s.tasks.get(ctx, sessionKey(session))
+	if err != nil || !e.live() {
+		return 0, e.rev, err
+	}
+	n, err := strconv.Atoi(string(e.data))
+	if err != nil || n < 0 {
+		return 0, 0, fmt.Errorf("%w: the open-task count of session %q is %q", ErrCorrupt, session, e.data)
+	}
+	return n, e.rev, nil
+}
+
+// Get implements store.Tasks.
+func (s *Store) Get(ctx context.Context, id string) (*store.Record, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	rec, _, err := s.getTask(ctx, id)
+	return rec, err
+}
+
+// getTask reads a task from the stream leader, with its revision.
+func (s *Store) getTask(ctx context.Context, id string) (*store.Record, uint64, error) {
+	e, err := s.tasks.get(ctx, taskKey(id))
+	if err != nil {
+		return nil, 0, err
+	}
+	if !e.live() {
+		return nil, e.rev, store.ErrNotFound
+	}
+	rec, err := decodeRecord(id, e.data)
+	return rec, e.rev, err
+}
+
+func decodeRecord(id string, data []byte) (*store.Record, error) {
+	var rec store.Record
+	if err := wire.Unmarshal(data, &rec); err != nil {
+		return nil, fmt.Errorf("%w: task %s: %w", ErrCorrupt, id, err)
+	}
+	if rec.Task.ID != id {
+		return nil, fmt.Errorf("%w: task %s holds task %s", ErrCorrupt, id, rec.Task.ID)
+	}
+	return &rec, nil
+}
+
+// FindSend implements store.Tasks: the send index gives the id, and the
+// task is returned only if it is there and has that requester and key.
+func (s *Store) FindSend(ctx context.Context, instance, key string) (*store.Record, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if key == "" {
+		return nil, store.ErrNotFound
+	}
+	e, err := s.tasks.get(ctx, sendKey(instance, key))
+	if err != nil {
+		return nil, err
+	}
+	if !e.live() {
+		return nil, store.ErrNotFound
+	}
+	rec, _, err := s.getTask(ctx, string(e.data))
+	if err != nil {
+		return nil, err
+	}
+	if rec.RequesterInstance != instance || rec.SendKey != key {
+		return nil, store.ErrNotFound
+	}
+	return rec, nil
+}
+
+// errMembers is returned by Update when fn changed what it must not.
+var errMembers = errors.New("jsstore: an update changed the task's id, members or session")
+
+// Update implements store.Tasks: a compare-and-set on the task's
+// revision, alone when the task stays open or stays closed at the same
+// time, else in one atomic batch with its index entries and its
+// session's count of open tasks. A failed compare-and-set reads the task
+// again and applies fn again.
+func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) error) (*store.Record, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	b := s.tasks
+	for try := 0; ; try++ {
+		old, rev, err := s.getTask(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		rec := old.Clone()
+		if err := fn(rec); err != nil {
+			// old was read from the stream leader, which holds only what
+			// a quorum has: it is as durable as a change.
+			return nil, err
+		}
+		if rec.Task.ID != old.Task.ID || rec.RequesterInstance != old.RequesterInstance ||
+			rec.AssigneeInstance != old.AssigneeInstance || rec.Task.ContextID != old.Task.ContextID {
+			return nil, errMembers
+		}
+		data, err := rec.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("jsstore: encode task %s: %w", id, err)
+		}
+		ops := []op{put(taskKey(id), data, int64(rev))}
+		ops, err = s.indexChanges(ctx, ops, old, rec)
+		if err != nil {
+			return nil, err
+		}
+		_, err = b.write(ctx, ops...)
+		if err == nil {
+			return rec, nil
+		}
+		if !conflict(err) {
+			return nil, err
+		}
+		if err := backoff(ctx, try, "update task "+id); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// indexChanges adds to ops what changes with old becoming rec: the open
+// index and the session's count when it opens or ends, the terminal
+// index when it ends, opens, or changes its time while ended.
+func (s *Store) indexChanges(ctx context.Context, ops []op, old, rec *store.Record) ([]op, error) {
+	id, req, asg := old.Task.ID, old.RequesterInstance, old.AssigneeInstance
+	wasOpen, isOpen := old.Task.Status.State.Open(), rec.Task.Status.State.Open()
+	if wasOpen != isOpen {
+		count, rev, err := s.openCount(ctx, old.Task.ContextID)
+		if err != nil {
+			return nil, err
+		}
+		if isOpen {
+			count++
+		} else {
+			count = max(count-1, 0)
+		}
+		counted := put(sessionKey(old.Task.ContextID), []byte(strconv.Itoa(count)), int64(rev))
+		if count == 0 {
+			counted = remove(sessionKey(old.Task.ContextID), int64(rev))
+		}
+		if isOpen {
+			ops = append(ops, put(openKey(req, true, id), nil, anyRev), put(openKey(asg, false, id), nil, anyRev))
+		} else {
+			ops = append(ops, remove(openKey(req, true, id), anyRev), remove(openKey(asg, false, id), anyRev))
+		}
+		ops = append(ops, counted)
+	}
+	wasEnded, isEnded := old.Task.Status.State.Terminal(), rec.Task.Status.State.Terminal()
+	oldKey, newKey := endedKey(old.Task.UpdatedAt.Time, id), endedKey(rec.Task.UpdatedAt.Time, id)
+	if wasEnded && (!isEnded || oldKey != newKey) {
+		ops = append(ops, remove(oldKey, anyRev))
+	}
+	if isEnded && (!wasEnded || oldKey != newKey) {
+		ops = append(ops, put(newKey, nil, anyRev))
+	}
+	return ops, nil
+}
