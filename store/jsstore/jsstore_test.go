@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ type cluster struct {
 	conns []*nats.Conn
 	next  atomic.Int64 // spreads stores over the nodes
 	n     atomic.Int64 // numbers the prefixes
+	drop  sync.Map     // prefixes whose buckets are removed at the end
 }
 
 // startCluster starts three nodes and connects to each; the connections
@@ -56,6 +58,9 @@ func (c *cluster) prefix(t *testing.T) string {
 }
 
 func (c *cluster) dropAtEnd(t *testing.T, prefix string) {
+	if _, dup := c.drop.LoadOrStore(prefix, true); dup {
+		return
+	}
 	t.Cleanup(func() {
 		js, err := jetstream.New(c.conns[0])
 		require.NoError(t, err)
@@ -111,4 +116,21 @@ func TestOnACluster(t *testing.T) {
 			return c.open(t, int(c.next.Add(1))%c.N(), p)
 		})
 	})
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *cluster)
+	}{
+		{"AnotherNodesStoreReadsWhatOneAcknowledged", testReopen},
+		{"AReadSeesAnUpdateAcknowledgedOnAnotherNode", testReadYourWritesAcrossNodes},
+		{"ExactlyOneOfConcurrentClaimsOfANameWins", testNames},
+		{"AReleaseNeverFreesAnothersClaim", testReleaseNeverFreesAnothersClaim},
+		{"RacingUpdatesFromTwoNodesLoseNone", testRacingUpdates},
+		{"TheCapHoldsAcrossBrokers", testCapAcrossBrokers},
+		{"OfTwoKeyedCreatesOneWins", testKeyedCreatesRace},
+		{"CloseUnderLoadDropsNoAcknowledgedCreate", testCloseUnderLoad},
+		// Last: it kills and restarts a node.
+		{"KillingANodeLosesNoAcknowledgedChange", testKillANodeUnderLoad},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
+	}
 }
