@@ -79,6 +79,12 @@ type Store struct {
 	tasks   *bucket
 	agents  *bucket
 
+	// Guesses of the revisions of keys to change (guess.go): tasks as
+	// last read or written (never changed: whoever takes one clones it),
+	// and sessions' open-task counts.
+	taskGuesses  guesses[*store.Record]
+	countGuesses guesses[int]
+
 	mu     sync.RWMutex
 	closed bool
 	calls  sync.WaitGroup // calls under way, which Close waits for

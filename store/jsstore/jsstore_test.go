@@ -38,7 +38,7 @@ type cluster struct {
 
 // startCluster starts three nodes and connects to each; the connections
 // follow the cluster when a node dies.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t testing.TB) *cluster {
 	c := &cluster{Cluster: natscluster.Start(t, 3, natscluster.Options{})}
 	for i := range c.N() {
 		nc, err := nats.Connect(c.URL(i), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
@@ -51,13 +51,13 @@ func startCluster(t *testing.T) *cluster {
 
 // prefix returns a bucket prefix no other test uses, and removes its
 // buckets when the test ends.
-func (c *cluster) prefix(t *testing.T) string {
+func (c *cluster) prefix(t testing.TB) string {
 	p := fmt.Sprintf("t%d", c.n.Add(1))
 	c.dropAtEnd(t, p)
 	return p
 }
 
-func (c *cluster) dropAtEnd(t *testing.T, prefix string) {
+func (c *cluster) dropAtEnd(t testing.TB, prefix string) {
 	if _, dup := c.drop.LoadOrStore(prefix, true); dup {
 		return
 	}

@@ -237,7 +237,7 @@ func (s *Store) OpenCount(ctx context.Context) (int, error) {
 			wg.Go(func() {
 				session, err := lastToken(key)
 				if err == nil {
-					counts[i], _, err = s.openCount(ctx, session)
+					counts[i], _, err = s.readCount(ctx, session)
 				}
 				errs[i] = err
 			})
@@ -328,6 +328,7 @@ func (s *Store) pruneOne(ctx context.Context, e endedEntry) (bool, error) {
 			ops = append(ops, remove(sendKey(rec.RequesterInstance, rec.SendKey), anyRev))
 		}
 		_, err = s.tasks.write(ctx, ops...)
+		s.taskGuesses.forget(e.id)
 		if err == nil {
 			return true, nil
 		}

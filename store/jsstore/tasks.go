@@ -23,7 +23,7 @@ func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) erro
 	if err != nil {
 		return fmt.Errorf("jsstore: encode task %s: %w", rec.Task.ID, err)
 	}
-	id, state := rec.Task.ID, rec.Task.Status.State
+	id, state, session := rec.Task.ID, rec.Task.Status.State, rec.Task.ContextID
 	req, asg := rec.RequesterInstance, rec.AssigneeInstance
 	b := s.tasks
 	var taskRev, sendRev uint64 // the revisions that mean "absent"
@@ -33,18 +33,25 @@ func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) erro
 			put(memberKey(req, true, id), nil, anyRev),
 			put(memberKey(asg, false, id), nil, anyRev),
 		}
+		counted, count := -1, 0
 		if state.Open() {
-			count, rev, err := s.openCount(ctx, rec.Task.ContextID)
+			n, rev, guessed, err := s.openCount(ctx, session)
 			if err != nil {
 				return err
 			}
-			if maxOpen > 0 && count >= maxOpen {
+			if maxOpen > 0 && n >= maxOpen {
+				if guessed {
+					s.countGuesses.forget(session) // read it before refusing
+					continue
+				}
 				return store.ErrLimit
 			}
+			count = n + 1
+			counted = len(ops) + 2
 			ops = append(ops,
 				put(openKey(req, true, id), nil, anyRev),
 				put(openKey(asg, false, id), nil, anyRev),
-				put(sessionKey(rec.Task.ContextID), []byte(strconv.Itoa(count+1)), int64(rev)))
+				put(sessionKey(session), []byte(strconv.Itoa(count)), int64(rev)))
 		}
 		if state.Terminal() {
 			ops = append(ops, put(endedKey(rec.Task.UpdatedAt.Time, id), nil, anyRev))
@@ -52,7 +59,15 @@ func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) erro
 		if rec.SendKey != "" {
 			ops = append(ops, put(sendKey(req, rec.SendKey), []byte(id), int64(sendRev)))
 		}
-		_, err := b.write(ctx, ops...)
+		seq, err := b.write(ctx, ops...)
+		if err == nil {
+			s.keepTask(id, rec.Clone(), seq, 0, len(ops))
+			if counted >= 0 {
+				s.keepCount(session, count, seq, counted, len(ops))
+			}
+			return nil
+		}
+		s.countGuesses.forget(session)
 		if !conflict(err) {
 			return err
 		}
@@ -82,18 +97,62 @@ func (s *Store) Create(ctx context.Context, rec *store.Record, maxOpen int) erro
 	}
 }
 
-// openCount reads the number of open tasks session requested, and the
-// revision of that count (0 when the session has none).
-func (s *Store) openCount(ctx context.Context, session string) (count int, rev uint64, err error) {
+// revOf returns the revision of the i-th of n keys written in one change
+// whose last message was stored at seq: a batch's messages are stored
+// one after another. 0 when seq is not known.
+func revOf(seq uint64, i, n int) uint64 {
+	if seq == 0 {
+		return 0
+	}
+	return seq - uint64(n-1-i)
+}
+
+// keepTask remembers rec (which no one may change from then on) as the
+// i-th of n keys of a change stored at seq.
+func (s *Store) keepTask(id string, rec *store.Record, seq uint64, i, n int) {
+	if rev := revOf(seq, i, n); rev != 0 {
+		s.taskGuesses.keep(id, rec, rev)
+	} else {
+		s.taskGuesses.forget(id)
+	}
+}
+
+// keepCount remembers a session's count as the i-th of n keys of a change
+// stored at seq.
+func (s *Store) keepCount(session string, count int, seq uint64, i, n int) {
+	if rev := revOf(seq, i, n); rev != 0 {
+		s.countGuesses.keep(session, count, rev)
+	} else {
+		s.countGuesses.forget(session)
+	}
+}
+
+// openCount returns the number of open tasks session requested, and the
+// revision of that count (0 when the session has none): as last read or
+// written by this store (guessed), or else read now.
+func (s *Store) openCount(ctx context.Context, session string) (count int, rev uint64, guessed bool, err error) {
+	if n, rev, ok := s.countGuesses.find(session); ok {
+		return n, rev, true, nil
+	}
+	count, rev, err = s.readCount(ctx, session)
+	return count, rev, false, err
+}
+
+// readCount reads the number of open tasks session requested, and its
+// revision, from the stream leader.
+func (s *Store) readCount(ctx context.Context, session string) (count int, rev uint64, err error) {
 	e, err := s.tasks.get(ctx, sessionKey(session))
-	if err != nil || !e.live() {
-		return 0, e.rev, err
+	if err != nil {
+		return 0, 0, err
 	}
-	n, err := strconv.Atoi(string(e.data))
-	if err != nil || n < 0 {
-		return 0, 0, fmt.Errorf("%w: the open-task count of session %q is %q", ErrCorrupt, session, e.data)
+	if e.live() {
+		count, err = strconv.Atoi(string(e.data))
+		if err != nil || count < 0 {
+			return 0, 0, fmt.Errorf("%w: the open-task count of session %q is %q", ErrCorrupt, session, e.data)
+		}
 	}
-	return n, e.rev, nil
+	s.countGuesses.keep(session, count, e.rev)
+	return count, e.rev, nil
 }
 
 // Get implements store.Tasks.
@@ -113,10 +172,15 @@ func (s *Store) getTask(ctx context.Context, id string) (*store.Record, uint64, 
 		return nil, 0, err
 	}
 	if !e.live() {
+		s.taskGuesses.forget(id)
 		return nil, e.rev, store.ErrNotFound
 	}
 	rec, err := decodeRecord(id, e.data)
-	return rec, e.rev, err
+	if err != nil {
+		return nil, 0, err
+	}
+	s.taskGuesses.keep(id, rec.Clone(), e.rev)
+	return rec, e.rev, nil
 }
 
 func decodeRecord(id string, data []byte) (*store.Record, error) {
@@ -172,12 +236,22 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 	defer s.leave()
 	b := s.tasks
 	for try := 0; ; try++ {
-		old, rev, err := s.getTask(ctx, id)
-		if err != nil {
-			return nil, err
+		old, rev, guessed := s.taskGuesses.find(id)
+		if guessed {
+			old = old.Clone()
+		} else {
+			var err error
+			if old, rev, err = s.getTask(ctx, id); err != nil {
+				return nil, err
+			}
 		}
 		rec := old.Clone()
 		if err := fn(rec); err != nil {
+			if guessed {
+				// Judged again on the task as the leader has it now.
+				s.taskGuesses.forget(id)
+				continue
+			}
 			// old was read from the stream leader, which holds only what
 			// a quorum has: it is as durable as a change.
 			return nil, err
@@ -191,16 +265,25 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 			return nil, fmt.Errorf("jsstore: encode task %s: %w", id, err)
 		}
 		ops := []op{put(taskKey(id), data, int64(rev))}
-		ops, err = s.indexChanges(ctx, ops, old, rec)
+		ops, counted, count, err := s.indexChanges(ctx, ops, old, rec)
 		if err != nil {
 			return nil, err
 		}
-		_, err = b.write(ctx, ops...)
+		seq, err := b.write(ctx, ops...)
 		if err == nil {
+			s.keepTask(id, rec.Clone(), seq, 0, len(ops))
+			if counted >= 0 {
+				s.keepCount(old.Task.ContextID, count, seq, counted, len(ops))
+			}
 			return rec, nil
 		}
+		s.taskGuesses.forget(id)
+		s.countGuesses.forget(old.Task.ContextID)
 		if !conflict(err) {
 			return nil, err
+		}
+		if guessed {
+			continue // a stale guess: read it now
 		}
 		if err := backoff(ctx, try, "update task "+id); err != nil {
 			return nil, err
@@ -209,31 +292,36 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 }
 
 // indexChanges adds to ops what changes with old becoming rec: the open
-// index and the session's count when it opens or ends, the terminal
-// index when it ends, opens, or changes its time while ended.
-func (s *Store) indexChanges(ctx context.Context, ops []op, old, rec *store.Record) ([]op, error) {
+// index and the session's count when it opens or ends (counted is the
+// count's place in ops, -1 when it does not change), the terminal index
+// when it ends, opens, or changes its time while ended.
+func (s *Store) indexChanges(ctx context.Context, ops []op, old, rec *store.Record) (_ []op, counted, count int, _ error) {
 	id, req, asg := old.Task.ID, old.RequesterInstance, old.AssigneeInstance
 	wasOpen, isOpen := old.Task.Status.State.Open(), rec.Task.Status.State.Open()
+	counted = -1
 	if wasOpen != isOpen {
-		count, rev, err := s.openCount(ctx, old.Task.ContextID)
+		var rev uint64
+		var err error
+		count, rev, _, err = s.openCount(ctx, old.Task.ContextID)
 		if err != nil {
-			return nil, err
+			return nil, 0, 0, err
 		}
 		if isOpen {
 			count++
 		} else {
 			count = max(count-1, 0)
 		}
-		counted := put(sessionKey(old.Task.ContextID), []byte(strconv.Itoa(count)), int64(rev))
+		countOp := put(sessionKey(old.Task.ContextID), []byte(strconv.Itoa(count)), int64(rev))
 		if count == 0 {
-			counted = remove(sessionKey(old.Task.ContextID), int64(rev))
+			countOp = remove(sessionKey(old.Task.ContextID), int64(rev))
 		}
 		if isOpen {
 			ops = append(ops, put(openKey(req, true, id), nil, anyRev), put(openKey(asg, false, id), nil, anyRev))
 		} else {
 			ops = append(ops, remove(openKey(req, true, id), anyRev), remove(openKey(asg, false, id), anyRev))
 		}
-		ops = append(ops, counted)
+		counted = len(ops)
+		ops = append(ops, countOp)
 	}
 	wasEnded, isEnded := old.Task.Status.State.Terminal(), rec.Task.Status.State.Terminal()
 	oldKey, newKey := endedKey(old.Task.UpdatedAt.Time, id), endedKey(rec.Task.UpdatedAt.Time, id)
@@ -243,5 +331,5 @@ func (s *Store) indexChanges(ctx context.Context, ops []op, old, rec *store.Reco
 	if isEnded && (!wasEnded || oldKey != newKey) {
 		ops = append(ops, put(newKey, nil, anyRev))
 	}
-	return ops, nil
+	return ops, counted, count, nil
 }
