@@ -132,6 +132,39 @@ func testReadYourWritesAcrossNodes(t *testing.T, c *cluster) {
 	}
 }
 
+// An update whose fn refuses the task as this store last saw it is
+// judged again on the task as it is now, changed by another node's
+// store: it is refused only for what the task is when the update runs.
+func testRefusalJudgedOnTheTaskAsItIs(t *testing.T, c *cluster) {
+	ctx := ctxT(t)
+	p := c.prefix(t)
+	a, b := c.open(t, 0, p), c.open(t, 1, p)
+	require.NoError(t, a.Create(ctx, storetest.NewRecord("t1", "c1", "a", "b", 0), 0))
+	_, err := a.Get(ctx, "t1")
+	require.NoError(t, err)
+	_, err = b.Update(ctx, "t1", func(r *store.Record) error {
+		r.Task.Status.State = wire.StateInputRequired
+		return nil
+	})
+	require.NoError(t, err)
+	notYet := errors.New("not waiting for input")
+	var saw []wire.State
+	got, err := a.Update(ctx, "t1", func(r *store.Record) error {
+		saw = append(saw, r.Task.Status.State)
+		if r.Task.Status.State != wire.StateInputRequired {
+			return notYet
+		}
+		r.Task.Status.State = wire.StateWorking
+		return nil
+	})
+	require.NoError(t, err, "fn saw %v", saw)
+	assert.Equal(t, wire.StateWorking, got.Task.Status.State)
+	assert.Equal(t, wire.StateInputRequired, saw[len(saw)-1])
+	// A refusal of the task as it is stands.
+	_, err = a.Update(ctx, "t1", func(r *store.Record) error { return notYet })
+	assert.ErrorIs(t, err, notYet)
+}
+
 // Stores on three nodes claim the same names at once: exactly one claim
 // of each wins, every store sees the same holder, a store that is not
 // the holder cannot release it, and a released name can be claimed

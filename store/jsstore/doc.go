@@ -44,6 +44,14 @@
 // Nats-TTL of two seconds, so that removed keys do not pile up; readers
 // take a marker for an absent key.
 //
+// A store remembers what it last read or wrote of 1,024 tasks and
+// session counts, with their revisions, and sends a change at once as a
+// compare-and-set on that revision: the broker reads a task right before
+// it changes it, so an update is one round trip. A stale guess fails its
+// compare-and-set and is read again; an update whose fn refuses a
+// guessed task is judged again on the task the leader holds; a create
+// refused by a guessed count reads it before answering ErrLimit.
+//
 // Every write carries a Nats-Msg-Id; a request whose answer is lost, or
 // that finds no stream leader (an election after a node died), is sent
 // again with the same id until Config.Timeout, and the stream's

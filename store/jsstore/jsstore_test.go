@@ -122,6 +122,7 @@ func TestOnACluster(t *testing.T) {
 	}{
 		{"AnotherNodesStoreReadsWhatOneAcknowledged", testReopen},
 		{"AReadSeesAnUpdateAcknowledgedOnAnotherNode", testReadYourWritesAcrossNodes},
+		{"ARefusalIsJudgedOnTheTaskAsItIs", testRefusalJudgedOnTheTaskAsItIs},
 		{"ExactlyOneOfConcurrentClaimsOfANameWins", testNames},
 		{"AReleaseNeverFreesAnothersClaim", testReleaseNeverFreesAnothersClaim},
 		{"RacingUpdatesFromTwoNodesLoseNone", testRacingUpdates},
