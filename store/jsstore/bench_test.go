@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/a2a-bus/a2a-bus/internal/natscluster"
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/store/storetest"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -20,12 +21,21 @@ import (
 // the three nodes.
 const benchSenders = 16
 
-// BenchmarkCluster measures, on one three-node cluster with R3 buckets,
+// BenchmarkCluster measures, on a three-node cluster with R3 buckets,
 // task creates and updates per second, and beside them the bare
 // JetStream publish of a record-sized message to an R3 stream, so that
-// the store's cost reads as a ratio to the floor of the same run.
+// the store's cost reads as a ratio to the floor of the same run: once
+// with the servers' default sync (every two minutes), once with every
+// write fsynced (sync_interval: always).
 func BenchmarkCluster(b *testing.B) {
-	c := startCluster(b)
+	for _, sync := range []bool{false, true} {
+		b.Run(map[bool]string{false: "sync=2m", true: "sync=always"}[sync], func(b *testing.B) {
+			benchCluster(b, startCluster(b, natscluster.Options{SyncAlways: sync}))
+		})
+	}
+}
+
+func benchCluster(b *testing.B, c *cluster) {
 	b.Run("Create", func(b *testing.B) {
 		storetest.BenchmarkCreate(b, func(b *testing.B) store.Tasks {
 			return c.open(b, int(c.next.Add(1))%c.N(), c.prefix(b))

@@ -38,8 +38,8 @@ type cluster struct {
 
 // startCluster starts three nodes and connects to each; the connections
 // follow the cluster when a node dies.
-func startCluster(t testing.TB) *cluster {
-	c := &cluster{Cluster: natscluster.Start(t, 3, natscluster.Options{})}
+func startCluster(t testing.TB, opts natscluster.Options) *cluster {
+	c := &cluster{Cluster: natscluster.Start(t, 3, opts)}
 	for i := range c.N() {
 		nc, err := nats.Connect(c.URL(i), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 		require.NoError(t, err)
@@ -101,7 +101,7 @@ func ctxT(t *testing.T) context.Context {
 // cluster with R3 buckets, each test under its own bucket prefix; the
 // tests that kill a node come last.
 func TestOnACluster(t *testing.T) {
-	c := startCluster(t)
+	c := startCluster(t, natscluster.Options{})
 	t.Run("Suite", func(t *testing.T) {
 		storetest.Run(t, func(t *testing.T) store.Tasks { return c.fresh(t) })
 		storetest.RunUpdate(t, func(t *testing.T) store.Tasks { return c.fresh(t) })
