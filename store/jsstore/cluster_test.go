@@ -380,6 +380,85 @@ func testKeyedCreatesRace(t *testing.T, c *cluster) {
 	assert.Equal(t, 20, n, "the losing creates took no slot")
 }
 
+// Three brokers prune at once while a fourth caller reopens old
+// terminal tasks: each task pruned is counted by one prune, a task
+// reopened is never deleted (its update wins, or finds it gone), and
+// retention keeps the newest terminal tasks.
+func testConcurrentPrunes(t *testing.T, c *cluster) {
+	ctx := ctxT(t)
+	p := c.prefix(t)
+	stores := []*jsstore.Store{c.open(t, 0, p), c.open(t, 1, p), c.open(t, 2, p)}
+	const tasks, keep = 60, 10
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range tasks {
+		r := storetest.NewRecord(fmt.Sprintf("t%02d", i), "c", "a", "b", i)
+		r.Task.Status.State = wire.StateCompleted
+		r.Task.UpdatedAt = wire.NewTime(base.Add(time.Duration(i) * time.Minute))
+		require.NoError(t, stores[i%3].Create(ctx, r, 0))
+	}
+	var pruned atomic.Int64
+	reopened := map[string]bool{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, s := range stores {
+		wg.Go(func() {
+			<-start
+			n, err := s.Prune(ctx, store.Retention{MaxTerminal: keep}, base.Add(time.Hour))
+			assert.NoError(t, err)
+			pruned.Add(int64(n))
+		})
+	}
+	var gone atomic.Int64
+	wg.Go(func() {
+		<-start
+		// From the moment the prunes have begun deleting, every other
+		// task from the oldest: some are pruned first, some reopened.
+		for {
+			_, err := stores[1].Get(ctx, "t00")
+			if errors.Is(err, store.ErrNotFound) {
+				break
+			}
+			if !assert.NoError(t, err) {
+				return
+			}
+		}
+		for i := 0; i < tasks-keep; i += 2 {
+			id := fmt.Sprintf("t%02d", i)
+			_, err := stores[i%3].Update(ctx, id, func(r *store.Record) error {
+				r.Task.Status.State = wire.StateWorking
+				return nil
+			})
+			if err == nil {
+				reopened[id] = true
+				continue
+			}
+			assert.ErrorIs(t, err, store.ErrNotFound, "reopen %s", id)
+			gone.Add(1)
+		}
+	})
+	close(start)
+	wg.Wait()
+	left, _, err := stores[0].List(ctx, store.Query{})
+	require.NoError(t, err)
+	assert.Equal(t, int64(tasks-len(left)), pruned.Load(), "each deleted task is counted once")
+	there := map[string]bool{}
+	ended := 0
+	for _, r := range left {
+		there[r.Task.ID] = true
+		if r.Task.Status.State.Terminal() {
+			ended++
+		}
+	}
+	for id := range reopened {
+		assert.True(t, there[id], "reopened task %s was deleted", id)
+	}
+	assert.Equal(t, keep, ended, "the newest terminal tasks are kept")
+	for i := tasks - keep; i < tasks; i++ {
+		assert.True(t, there[fmt.Sprintf("t%02d", i)])
+	}
+	t.Logf("%d reopened before their prune, %d pruned before their reopen", len(reopened), gone.Load())
+}
+
 // Close under concurrent creates: each create either fails with
 // ErrClosed or is there for a store opened afterwards, and nothing is
 // there that was reported failed.

@@ -128,6 +128,7 @@ func TestOnACluster(t *testing.T) {
 		{"RacingUpdatesFromTwoNodesLoseNone", testRacingUpdates},
 		{"TheCapHoldsAcrossBrokers", testCapAcrossBrokers},
 		{"OfTwoKeyedCreatesOneWins", testKeyedCreatesRace},
+		{"ConcurrentPrunesDeleteEachTaskOnceAndNoTaskChangedMeanwhile", testConcurrentPrunes},
 		{"CloseUnderLoadDropsNoAcknowledgedCreate", testCloseUnderLoad},
 		// Last: it kills and restarts a node.
 		{"KillingANodeLosesNoAcknowledgedChange", testKillANodeUnderLoad},
