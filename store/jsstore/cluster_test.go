@@ -459,6 +459,35 @@ func testConcurrentPrunes(t *testing.T, c *cluster) {
 	t.Logf("%d reopened before their prune, %d pruned before their reopen", len(reopened), gone.Load())
 }
 
+// An ended task changed again moves in the terminal index, and Prune
+// right after counts it once, at its new time.
+func testPruneAfterAnEndedTaskChanged(t *testing.T, c *cluster) {
+	ctx := ctxT(t)
+	s := c.open(t, 0, c.prefix(t))
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i, id := range []string{"a", "b", "c"} {
+		r := storetest.NewRecord(id, "s", "x", "y", i)
+		r.Task.Status.State = wire.StateCompleted
+		r.Task.UpdatedAt = wire.NewTime(base.Add(time.Duration(i) * time.Minute))
+		require.NoError(t, s.Create(ctx, r, 0))
+	}
+	_, err := s.Update(ctx, "c", func(r *store.Record) error {
+		r.Task.UpdatedAt = wire.NewTime(base.Add(time.Hour))
+		return nil
+	})
+	require.NoError(t, err)
+	n, err := s.Prune(ctx, store.Retention{MaxTerminal: 2}, base.Add(2*time.Hour))
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	rs, _, err := s.List(ctx, store.Query{})
+	require.NoError(t, err)
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.Task.ID)
+	}
+	assert.Equal(t, []string{"b", "c"}, ids)
+}
+
 // Close under concurrent creates: each create either fails with
 // ErrClosed or is there for a store opened afterwards, and nothing is
 // there that was reported failed.

@@ -42,7 +42,9 @@
 // task's revision it read: a task changed or pruned meanwhile by another
 // broker is left alone. A removal is a purge marker carrying a
 // Nats-TTL of two seconds, so that removed keys do not pile up; readers
-// take a marker for an absent key.
+// take a marker for an absent key. The markers an update leaves in the
+// terminal index (an ended task reopened or changed again) are purged
+// right after it, as Prune counts that index's keys.
 //
 // A store remembers what it last read or wrote of 1,024 tasks and
 // session counts, with their revisions, and sends a change at once as a

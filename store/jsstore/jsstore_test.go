@@ -129,6 +129,7 @@ func TestOnACluster(t *testing.T) {
 		{"TheCapHoldsAcrossBrokers", testCapAcrossBrokers},
 		{"OfTwoKeyedCreatesOneWins", testKeyedCreatesRace},
 		{"ConcurrentPrunesDeleteEachTaskOnceAndNoTaskChangedMeanwhile", testConcurrentPrunes},
+		{"PruneCountsAnEndedTaskChangedAgainOnce", testPruneAfterAnEndedTaskChanged},
 		{"CloseUnderLoadDropsNoAcknowledgedCreate", testCloseUnderLoad},
 		// Last: it kills and restarts a node.
 		{"KillingANodeLosesNoAcknowledgedChange", testKillANodeUnderLoad},

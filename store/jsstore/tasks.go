@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/a2a-bus/a2a-bus/store"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -275,6 +278,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 			if counted >= 0 {
 				s.keepCount(old.Task.ContextID, count, seq, counted, len(ops))
 			}
+			s.dropEndedMarkers(ctx, ops, seq)
 			return rec, nil
 		}
 		s.taskGuesses.forget(id)
@@ -288,6 +292,21 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*store.Record) er
 		if err := backoff(ctx, try, "update task "+id); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// dropEndedMarkers removes at once the markers a change stored at seq
+// left in the terminal index (an ended task reopened or changed), which
+// Prune would otherwise count as terminal tasks until they expire. A
+// marker left by a failure here expires in markerTTL all the same.
+func (s *Store) dropEndedMarkers(ctx context.Context, ops []op, seq uint64) {
+	for i, o := range ops {
+		rev := revOf(seq, i, len(ops))
+		if !o.remove || !strings.HasPrefix(o.key, "e.") || rev == 0 {
+			continue
+		}
+		// Only messages before rev+1 on the key: never a later entry.
+		_ = s.tasks.str.Purge(ctx, jetstream.WithPurgeSubject(s.tasks.pre+o.key), jetstream.WithPurgeSequence(rev+1))
 	}
 }
 
