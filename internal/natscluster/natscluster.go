@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +24,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
 )
@@ -80,7 +84,8 @@ type node struct {
 }
 
 // Start starts n nodes clustered with JetStream and waits until every
-// one of them answers and knows a JetStream meta leader. It fails the test
+// one of them answers and knows a JetStream meta leader, and the leader
+// counts every node as a current, online peer. It fails the test
 // when they do not. Every node is killed and waited for when the test
 // ends; if the test failed, the tail of each node's log is logged.
 func Start(t testing.TB, n int, opts Options) *Cluster {
@@ -157,7 +162,7 @@ func (c *Cluster) start(base string, try, n int) error {
 			return err
 		}
 	}
-	return nil
+	return c.waitPeers()
 }
 
 // config is the config file of nd.
@@ -274,6 +279,117 @@ func (c *Cluster) waitReady(nd *node) error {
 	}
 }
 
+// waitPeers waits until the JetStream meta leader counts every running
+// node as a current, online peer, and, when a client may connect without
+// credentials, until a stream with a replica on every running node can
+// be made: the leader places no stream on a node whose statistics it
+// has not yet heard ("no suitable peers for placement").
+func (c *Cluster) waitPeers() error {
+	if err := c.waitMetaPeers(); err != nil {
+		return err
+	}
+	return c.probePlacement()
+}
+
+// probePlacement makes and removes a memory stream with a replica on
+// every running node, until that works. A cluster whose config asks
+// clients for credentials (Options.Extra) is not probed.
+func (c *Cluster) probePlacement() error {
+	var running []int
+	for i := range c.nodes {
+		if c.Running(i) {
+			running = append(running, i)
+		}
+	}
+	if len(running) < 2 {
+		return nil
+	}
+	nc, err := nats.Connect(c.URL(running[0]), nats.NoReconnect())
+	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "uthoriz") {
+			return nil
+		}
+		return fmt.Errorf("probe placement: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("probe placement: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	name := "natscluster_probe"
+	cfg := jetstream.StreamConfig{Name: name, Subjects: []string{"natscluster.probe"}, Storage: jetstream.MemoryStorage, Replicas: len(running)}
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.CreateStream(actx, cfg)
+		if err == nil {
+			err = js.DeleteStream(actx, name)
+		}
+		acancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("probe placement: a stream of %d replicas cannot be made: %w", len(running), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) waitMetaPeers() error {
+	type jsz struct {
+		Meta *struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Name    string `json:"name"`
+				Current bool   `json:"current"`
+				Offline bool   `json:"offline"`
+			} `json:"replicas"`
+		} `json:"meta_cluster"`
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	last := "no meta leader"
+	for {
+		running := map[string]bool{}
+		for i, nd := range c.nodes {
+			if c.Running(i) {
+				running[nd.name] = true
+			}
+		}
+		for i, nd := range c.nodes {
+			if !running[nd.name] {
+				continue
+			}
+			resp, err := client.Get(c.MonitorURL(i) + "/jsz")
+			if err != nil {
+				continue
+			}
+			var z jsz
+			err = json.NewDecoder(resp.Body).Decode(&z)
+			resp.Body.Close()
+			if err != nil || z.Meta == nil || z.Meta.Leader != nd.name {
+				continue
+			}
+			online := 1 // the leader
+			for _, r := range z.Meta.Replicas {
+				if running[r.Name] && r.Current && !r.Offline {
+					online++
+				}
+			}
+			if online == len(running) {
+				return nil
+			}
+			last = fmt.Sprintf("meta leader %s sees %d of %d running nodes current and online", nd.name, online, len(running))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %s", readyTimeout, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (nd *node) exitErr() error {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
@@ -345,7 +461,8 @@ func (c *Cluster) Stop(i int) {
 }
 
 // Restart starts node i again, after Kill or Stop, on the same ports and
-// store directory, and waits until it answers with a meta leader known.
+// store directory, and waits until it answers with a meta leader known
+// and the leader counts every running node as a current, online peer.
 // It fails the test when the node does not come back.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
@@ -366,7 +483,9 @@ func (c *Cluster) Restart(i int) {
 	for try := range startTries {
 		if err = c.launch(nd); err == nil {
 			if err = c.waitReady(nd); err == nil {
-				return
+				if err = c.waitPeers(); err == nil {
+					return
+				}
 			}
 		}
 		if !errors.Is(err, errPortTaken) {

@@ -23,7 +23,11 @@ const (
 	codeBatchIncomplet = 10176 // a message of the batch went missing
 	codeTooManyBatches = 10210 // the stream has too many open batches
 	codeNotLeader      = 10009
+	codeNoPeers        = 10005 // no suitable peers for a stream's replicas
 )
+
+// errTryAgain marks an error as one to try again after.
+var errTryAgain = errors.New("jsstore: try again")
 
 // Headers.
 const (
@@ -190,6 +194,9 @@ func conflict(err error) bool {
 // transient reports whether a request that failed with err may succeed
 // if sent again: its answer was lost, or the stream had no leader.
 func transient(err error) bool {
+	if errors.Is(err, errTryAgain) {
+		return true
+	}
 	var a *jetstream.APIError
 	if errors.As(err, &a) {
 		switch a.ErrorCode {

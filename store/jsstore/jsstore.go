@@ -168,6 +168,11 @@ func (s *Store) openBucket(ctx context.Context, js jetstream.JetStream, name str
 			// Made by another broker, maybe with another replica count.
 			str, err = js.Stream(ctx, want.Name)
 		}
+		var a *jetstream.APIError
+		if errors.As(err, &a) && a.ErrorCode == codeNoPeers {
+			// A cluster just started has not yet heard from every node.
+			return fmt.Errorf("%w: %w", errTryAgain, err)
+		}
 		return err
 	})
 	if err != nil {
