@@ -75,8 +75,9 @@
 //
 // # Bounds
 //
-// Key lists come from STREAM.INFO with a subject filter, answered with
-// the matching subjects (in pages of 100,000). List reads the subjects
+// Key lists come from STREAM.INFO with a subject filter, answered by the
+// stream leader with the matching subjects (in pages of 100,000, which
+// keys made or removed between two pages may shift). List reads the subjects
 // of one index, chosen by the query: o.<instance> for a member's open
 // tasks, m.<instance> for all of a member's, o.*.r for every open task,
 // e.* for a terminal state, t.* for everything. It keeps only the 256
