@@ -24,7 +24,7 @@ import (
 // Named errors.
 var (
 	// ErrNotFound is returned by Get and Update for a task id the store
-	// does not hold.
+	// does not hold, and by Names.NameHolder for a name no instance holds.
 	ErrNotFound = errors.New("store: task not found")
 	// ErrLimit is returned by Create when the requester's session already
 	// has the given number of open tasks.
@@ -33,9 +33,9 @@ var (
 	ErrExists = errors.New("store: task already exists")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("store: closed")
-	// ErrNameTaken is returned by a cluster's name claim for an agentId
-	// another instance holds.
-	ErrNameTaken = errors.New("store: name taken")
+	// ErrNameTaken is returned by Names.ClaimName when another instance
+	// holds the name.
+	ErrNameTaken = errors.New("store: name held by another instance")
 )
 
 // Record is one stored task.
@@ -304,4 +304,23 @@ type Registry interface {
 	// Registrations returns every stored registration, in instance
 	// order.
 	Registrations(ctx context.Context) ([]Registration, error)
+}
+
+// Names holds agent names (agentIds) for the instances that use them, so
+// that a name is unique across every broker sharing the store. A store
+// shared by brokers on several hosts implements it; a broker finds it by
+// a type assertion.
+type Names interface {
+	// ClaimName gives agentID to instance, unless another instance
+	// holds it (ErrNameTaken). Claiming a name the instance already
+	// holds is no error. Of concurrent claims of a free name, exactly
+	// one succeeds.
+	ClaimName(ctx context.Context, agentID, instance string) error
+	// ReleaseName frees agentID if instance holds it, and does nothing
+	// otherwise: it never frees another instance's claim, even one made
+	// while it runs.
+	ReleaseName(ctx context.Context, agentID, instance string) error
+	// NameHolder returns the instance that holds agentID, or ErrNotFound
+	// when none does.
+	NameHolder(ctx context.Context, agentID string) (instance string, err error)
 }

@@ -1,0 +1,610 @@
+// Package natscluster starts a cluster of real nats-server processes with
+// JetStream on loopback, for tests: the server is built from the module
+// the project depends on, each node has its own ports, config file, store
+// directory and log, and every process is killed and waited for when the
+// test ends.
+package natscluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/a2a-bus/a2a-bus/internal/testbin"
+)
+
+// ServerPackage is the package the nodes' binary is built from.
+const ServerPackage = "github.com/nats-io/nats-server/v2"
+
+// Deadlines. Generous: the machine running the tests may be slow and
+// busy; they bound a wait that would otherwise hang, they do not time
+// anything.
+const (
+	readyTimeout = 60 * time.Second // a node answers healthz with a meta leader
+	stopTimeout  = 30 * time.Second // a node exits after SIGTERM
+	startTries   = 5                // starts of a cluster whose port was taken meanwhile
+	logTailLines = 40               // lines of each node's log shown on failure
+)
+
+// Options configures a cluster. The zero value is a plain JetStream
+// cluster.
+type Options struct {
+	// Extra is appended verbatim to every node's config file, so that a
+	// test can add, say, an authorization block with an auth_callout.
+	Extra string
+	// SyncAlways sets jetstream { sync_interval: always }: every write is
+	// fsynced before it is acknowledged, instead of every two minutes.
+	SyncAlways bool
+	// Name is the cluster's name ("a2a" when empty).
+	Name string
+}
+
+// Cluster is a running cluster. Its methods are safe for concurrent use,
+// except that one node must not be killed, stopped or restarted by two
+// callers at once.
+type Cluster struct {
+	t     testing.TB
+	bin   string
+	opts  Options
+	nodes []*node
+}
+
+type node struct {
+	index     int
+	name      string
+	client    int // client port
+	route     int // cluster port
+	monitor   int // HTTP monitoring port
+	dir       string
+	conf      string
+	log       string
+	mu        sync.Mutex
+	proc      *exec.Cmd
+	exited    chan struct{} // closed once proc has been waited for
+	waitErr   error
+	logHandle *os.File
+}
+
+// Start starts n nodes clustered with JetStream and waits until every
+// one of them answers and knows a JetStream meta leader, and the leader
+// counts every node as a current, online peer. It fails the test
+// when they do not. Every node is killed and waited for when the test
+// ends; if the test failed, the tail of each node's log is logged.
+func Start(t testing.TB, n int, opts Options) *Cluster {
+	t.Helper()
+	if n < 1 {
+		t.Fatalf("natscluster: %d nodes", n)
+	}
+	if opts.Name == "" {
+		opts.Name = "a2a"
+	}
+	c := &Cluster{t: t, bin: testbin.Build(t, ServerPackage), opts: opts}
+	// Made before the cleanup is registered, so that it is removed only
+	// after every node has exited and its log has been shown.
+	base := t.TempDir()
+	t.Cleanup(c.cleanup)
+	var lastErr error
+	for try := range startTries {
+		err := c.start(base, try, n)
+		if err == nil {
+			return c
+		}
+		lastErr = err
+		c.killAll()
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+		t.Logf("natscluster: start %d: %v; trying other ports", try+1, err)
+	}
+	t.Fatalf("natscluster: %v", lastErr)
+	return nil
+}
+
+// errPortTaken: a node could not bind a port chosen for it, which
+// something else took between the choice and the bind.
+var errPortTaken = errors.New("a port was taken meanwhile")
+
+// start makes the nodes' configs on fresh ports and starts them.
+func (c *Cluster) start(base string, try, n int) error {
+	ports, err := freePorts(3 * n)
+	if err != nil {
+		return err
+	}
+	c.nodes = make([]*node, n)
+	routes := make([]string, n)
+	for i := range n {
+		nd := &node{
+			index:   i,
+			name:    fmt.Sprintf("n%d", i),
+			client:  ports[3*i],
+			route:   ports[3*i+1],
+			monitor: ports[3*i+2],
+		}
+		nd.dir = filepath.Join(base, fmt.Sprintf("try%d", try), nd.name)
+		if err := os.MkdirAll(nd.dir, 0o700); err != nil {
+			return err
+		}
+		nd.conf = filepath.Join(nd.dir, "server.conf")
+		nd.log = filepath.Join(nd.dir, "server.log")
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", nd.route)
+		c.nodes[i] = nd
+	}
+	for _, nd := range c.nodes {
+		if err := os.WriteFile(nd.conf, []byte(c.config(nd, routes)), 0o600); err != nil {
+			return err
+		}
+	}
+	for _, nd := range c.nodes {
+		if err := c.launch(nd); err != nil {
+			return err
+		}
+	}
+	for _, nd := range c.nodes {
+		if err := c.waitReady(nd); err != nil {
+			return err
+		}
+	}
+	return c.waitPeers()
+}
+
+// config is the config file of nd.
+func (c *Cluster) config(nd *node, routes []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "server_name: %s\n", nd.name)
+	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\n", nd.client)
+	fmt.Fprintf(&b, "http: 127.0.0.1:%d\n", nd.monitor)
+	fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  routes: [\n", c.opts.Name, nd.route)
+	for _, r := range routes {
+		fmt.Fprintf(&b, "    %s\n", r)
+	}
+	b.WriteString("  ]\n}\n")
+	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", filepath.Join(nd.dir, "store"))
+	if c.opts.SyncAlways {
+		b.WriteString("  sync_interval: always\n")
+	}
+	b.WriteString("}\n")
+	if c.opts.Extra != "" {
+		b.WriteString(c.opts.Extra)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// freePorts returns n distinct loopback ports that were free a moment
+// ago: all are held open until all are chosen, so no two are the same.
+// Another process may still take one before a node binds it: Start then
+// tries again on other ports.
+func freePorts(n int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free port: %w", err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// launch starts nd's process, its output appended to its log.
+func (c *Cluster) launch(nd *node) error {
+	f, err := os.OpenFile(nd.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "=== natscluster: start %s at %s\n", nd.name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(c.bin, "-c", nd.conf)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", nd.name, err)
+	}
+	exited := make(chan struct{})
+	nd.mu.Lock()
+	nd.proc, nd.exited, nd.logHandle, nd.waitErr = cmd, exited, f, nil
+	nd.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		nd.mu.Lock()
+		nd.waitErr = err
+		nd.mu.Unlock()
+		f.Close()
+		close(exited)
+	}()
+	return nil
+}
+
+// waitReady waits until nd answers healthz with a meta leader known, or
+// its process exits, or the deadline passes.
+func (c *Cluster) waitReady(nd *node) error {
+	nd.mu.Lock()
+	exited := nd.exited
+	nd.mu.Unlock()
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz?js-meta-only=true", nd.monitor)
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	last := "no answer"
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		select {
+		case <-exited:
+			if logHas(nd.log, "address already in use") {
+				return fmt.Errorf("%s exited: %w", nd.name, errPortTaken)
+			}
+			return fmt.Errorf("%s exited before it was ready: %v\n%s", nd.name, nd.exitErr(), tail(nd.log, logTailLines))
+		default:
+		}
+		if resp, err := client.Get(url); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v (healthz: %s)\n%s", nd.name, readyTimeout, last, tail(nd.log, logTailLines))
+		}
+		select {
+		case <-exited:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// waitPeers waits until the JetStream meta leader counts every running
+// node as a current, online peer, and, when a client may connect without
+// credentials, until a stream with a replica on every running node can
+// be made: the leader places no stream on a node whose statistics it
+// has not yet heard ("no suitable peers for placement").
+func (c *Cluster) waitPeers() error {
+	if err := c.waitMetaPeers(); err != nil {
+		return err
+	}
+	return c.probePlacement()
+}
+
+// probePlacement makes and removes a memory stream with a replica on
+// every running node, until that works. A cluster whose config asks
+// clients for credentials (Options.Extra) is not probed.
+func (c *Cluster) probePlacement() error {
+	var running []int
+	for i := range c.nodes {
+		if c.Running(i) {
+			running = append(running, i)
+		}
+	}
+	if len(running) < 2 {
+		return nil
+	}
+	nc, err := nats.Connect(c.URL(running[0]), nats.NoReconnect())
+	if err != nil {
+		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "uthoriz") {
+			return nil
+		}
+		return fmt.Errorf("probe placement: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("probe placement: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	name := "natscluster_probe"
+	cfg := jetstream.StreamConfig{Name: name, Subjects: []string{"natscluster.probe"}, Storage: jetstream.MemoryStorage, Replicas: len(running)}
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.CreateStream(actx, cfg)
+		if err == nil {
+			err = js.DeleteStream(actx, name)
+		}
+		acancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("probe placement: a stream of %d replicas cannot be made: %w", len(running), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) waitMetaPeers() error {
+	type jsz struct {
+		Meta *struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Name    string `json:"name"`
+				Current bool   `json:"current"`
+				Offline bool   `json:"offline"`
+			} `json:"replicas"`
+		} `json:"meta_cluster"`
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	last := "no meta leader"
+	for {
+		running := map[string]bool{}
+		for i, nd := range c.nodes {
+			if c.Running(i) {
+				running[nd.name] = true
+			}
+		}
+		for i, nd := range c.nodes {
+			if !running[nd.name] {
+				continue
+			}
+			resp, err := client.Get(c.MonitorURL(i) + "/jsz")
+			if err != nil {
+				continue
+			}
+			var z jsz
+			err = json.NewDecoder(resp.Body).Decode(&z)
+			resp.Body.Close()
+			if err != nil || z.Meta == nil || z.Meta.Leader != nd.name {
+				continue
+			}
+			online := 1 // the leader
+			for _, r := range z.Meta.Replicas {
+				if running[r.Name] && r.Current && !r.Offline {
+					online++
+				}
+			}
+			if online == len(running) {
+				return nil
+			}
+			last = fmt.Sprintf("meta leader %s sees %d of %d running nodes current and online", nd.name, online, len(running))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %s", readyTimeout, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (nd *node) exitErr() error {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.waitErr
+}
+
+// N returns the number of nodes.
+func (c *Cluster) N() int { return len(c.nodes) }
+
+// URL returns the client URL of node i.
+func (c *Cluster) URL(i int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", c.nodes[i].client)
+}
+
+// URLs returns the client URLs of every node, in node order.
+func (c *Cluster) URLs() []string {
+	out := make([]string, len(c.nodes))
+	for i := range c.nodes {
+		out[i] = c.URL(i)
+	}
+	return out
+}
+
+// Name returns the server_name of node i.
+func (c *Cluster) Name(i int) string { return c.nodes[i].name }
+
+// MonitorURL returns the base URL of node i's HTTP monitoring endpoint.
+func (c *Cluster) MonitorURL(i int) string {
+	return fmt.Sprintf("http://127.0.0.1:%d", c.nodes[i].monitor)
+}
+
+// Kill kills node i with SIGKILL and waits for its process to exit.
+func (c *Cluster) Kill(i int) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	proc, exited := nd.proc, nd.exited
+	nd.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	_ = proc.Process.Kill()
+	<-exited
+}
+
+// Stop stops node i with SIGTERM (a clean shutdown) and waits for its
+// process to exit; one that does not exit within a deadline is killed
+// and the test fails.
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	proc, exited := nd.proc, nd.exited
+	nd.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	if err := proc.Process.Signal(syscall.SIGTERM); err != nil {
+		// No SIGTERM on this system, or the process is gone.
+		_ = proc.Process.Kill()
+	}
+	select {
+	case <-exited:
+	case <-time.After(stopTimeout):
+		_ = proc.Process.Kill()
+		<-exited
+		c.t.Errorf("natscluster: %s did not exit within %v of SIGTERM", nd.name, stopTimeout)
+	}
+}
+
+// Restart starts node i again, after Kill or Stop, on the same ports and
+// store directory, and waits until it answers with a meta leader known
+// and the leader counts every running node as a current, online peer.
+// It fails the test when the node does not come back.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	exited := nd.exited
+	nd.mu.Unlock()
+	if exited != nil {
+		select {
+		case <-exited:
+		default:
+			c.t.Fatalf("natscluster: restart %s: it is still running", nd.name)
+		}
+	}
+	var err error
+	// The old process's listening ports may linger a moment after it
+	// exits; a bind failure is tried again.
+	for try := range startTries {
+		if err = c.launch(nd); err == nil {
+			if err = c.waitReady(nd); err == nil {
+				if err = c.waitPeers(); err == nil {
+					return
+				}
+			}
+		}
+		if !errors.Is(err, errPortTaken) {
+			break
+		}
+		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
+	}
+	c.t.Fatalf("natscluster: restart %s: %v", nd.name, err)
+}
+
+// Running reports whether node i's process is running.
+func (c *Cluster) Running(i int) bool {
+	nd := c.nodes[i]
+	nd.mu.Lock()
+	exited := nd.exited
+	nd.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// WaitHealthy waits until node i answers a full healthz (every stream
+// and consumer it holds is current), or fails the test at the deadline.
+// After a Restart, it tells when the node has caught up.
+func (c *Cluster) WaitHealthy(ctx context.Context, i int) {
+	c.t.Helper()
+	nd := c.nodes[i]
+	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.monitor)
+	client := &http.Client{Timeout: 2 * time.Second}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	last := "no answer"
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if resp, err := client.Do(req); err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("natscluster: %s not healthy (healthz: %s)", nd.name, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Log returns what node i has written to its log so far.
+func (c *Cluster) Log(i int) string {
+	b, _ := os.ReadFile(c.nodes[i].log)
+	return string(b)
+}
+
+// cleanup kills every node and, if the test failed, logs the tail of
+// each node's log.
+func (c *Cluster) cleanup() {
+	c.killAll()
+	if !c.t.Failed() {
+		return
+	}
+	for _, nd := range c.nodes {
+		if nd == nil {
+			continue
+		}
+		c.t.Logf("natscluster: tail of %s's log (%s):\n%s", nd.name, nd.log, tail(nd.log, logTailLines))
+	}
+}
+
+func (c *Cluster) killAll() {
+	for i, nd := range c.nodes {
+		if nd != nil {
+			c.Kill(i)
+		}
+	}
+}
+
+// tail returns the last n lines of the file at path.
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func logHas(path, s string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.Contains(b, []byte(s))
+}
+
+// Port returns node i's client port.
+func (c *Cluster) Port(i int) int { return c.nodes[i].client }
+
+// String describes the cluster for logs.
+func (c *Cluster) String() string {
+	parts := make([]string, len(c.nodes))
+	for i, nd := range c.nodes {
+		parts[i] = nd.name + "=" + strconv.Itoa(nd.client)
+	}
+	return "natscluster[" + strings.Join(parts, " ") + "]"
+}

@@ -1,0 +1,166 @@
+package jsstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/a2a-bus/a2a-bus/store"
+)
+
+// PutRegistration implements store.Registry.
+func (s *Store) PutRegistration(ctx context.Context, reg store.Registration) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	data, err := json.Marshal(reg)
+	if err != nil {
+		return fmt.Errorf("jsstore: encode the registration of %s: %w", reg.Instance, err)
+	}
+	_, err = s.agents.write(ctx, put(regKey(reg.Instance), data, anyRev))
+	return err
+}
+
+// DeleteRegistration implements store.Registry.
+func (s *Store) DeleteRegistration(ctx context.Context, instance string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	_, err := s.agents.write(ctx, remove(regKey(instance), anyRev))
+	return err
+}
+
+// Registrations implements store.Registry: the names of the
+// registrations' keys, then each registration, read from the stream
+// leader.
+func (s *Store) Registrations(ctx context.Context) ([]store.Registration, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	var keys []string
+	if err := s.agents.keys(ctx, "r.*", func(key string) error {
+		keys = append(keys, key)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out := []store.Registration{}
+	for start := 0; start < len(keys); start += listReaders {
+		batch := keys[start:min(start+listReaders, len(keys))]
+		regs := make([]*store.Registration, len(batch))
+		errs := make([]error, len(batch))
+		var wg sync.WaitGroup
+		for i, key := range batch {
+			wg.Go(func() { regs[i], errs[i] = s.registration(ctx, key) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		for _, r := range regs {
+			if r != nil {
+				out = append(out, *r)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b store.Registration) int { return cmp.Compare(a.Instance, b.Instance) })
+	return out, nil
+}
+
+// registration reads the registration under key: nil when it was
+// removed.
+func (s *Store) registration(ctx context.Context, key string) (*store.Registration, error) {
+	instance, err := lastToken(key)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.agents.get(ctx, key)
+	if err != nil || !e.live() {
+		return nil, err
+	}
+	var reg store.Registration
+	if err := json.Unmarshal(e.data, &reg); err != nil || reg.Instance != instance {
+		// Skipping it would let another agent take its name.
+		return nil, fmt.Errorf("%w: the registration of %q", ErrCorrupt, instance)
+	}
+	return &reg, nil
+}
+
+// ClaimName implements store.Names: a write that requires the name's key
+// absent, so that of concurrent claims exactly one is stored.
+func (s *Store) ClaimName(ctx context.Context, agentID, instance string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	key := nameKey(agentID)
+	var rev uint64
+	for try := 0; ; try++ {
+		_, err := s.agents.write(ctx, put(key, []byte(instance), int64(rev)))
+		if !conflict(err) {
+			return err
+		}
+		e, err := s.agents.get(ctx, key)
+		switch {
+		case err != nil:
+			return err
+		case e.live() && string(e.data) == instance:
+			return nil
+		case e.live():
+			return store.ErrNameTaken
+		}
+		rev = e.absentRev()
+		if err := backoff(ctx, try, "claim name "+agentID); err != nil {
+			return err
+		}
+	}
+}
+
+// ReleaseName implements store.Names: a removal that requires the name's
+// key unchanged since it was read as instance's.
+func (s *Store) ReleaseName(ctx context.Context, agentID, instance string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.leave()
+	key := nameKey(agentID)
+	for try := 0; ; try++ {
+		e, err := s.agents.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !e.live() || string(e.data) != instance {
+			return nil
+		}
+		_, err = s.agents.write(ctx, remove(key, int64(e.rev)))
+		if !conflict(err) {
+			return err
+		}
+		if err := backoff(ctx, try, "release name "+agentID); err != nil {
+			return err
+		}
+	}
+}
+
+// NameHolder implements store.Names.
+func (s *Store) NameHolder(ctx context.Context, agentID string) (string, error) {
+	if err := s.enter(); err != nil {
+		return "", err
+	}
+	defer s.leave()
+	e, err := s.agents.get(ctx, nameKey(agentID))
+	if err != nil {
+		return "", err
+	}
+	if !e.live() {
+		return "", store.ErrNotFound
+	}
+	return string(e.data), nil
+}
