@@ -87,6 +87,7 @@ type Store struct {
 
 	mu     sync.RWMutex
 	closed bool
+	watch  *regWatch      // the registrations' watch, once made
 	calls  sync.WaitGroup // calls under way, which Close waits for
 }
 
