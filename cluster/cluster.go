@@ -115,7 +115,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	kv := func(name string, ttl time.Duration) (jetstream.KeyValue, error) {
-		kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		kv, err := bucket(ctx, js, jetstream.KeyValueConfig{
 			Bucket: cfg.Prefix + "_" + name, History: 1, TTL: ttl, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 		})
 		if err != nil {
@@ -191,4 +191,34 @@ func (e events) Since(ctx context.Context, session string, afterSeq uint64, maxB
 		return nil, oldest, last, nil
 	}
 	return msgs, oldest, last, err
+}
+
+// attemptTimeout bounds one request to make or open a bucket: a request
+// made while the cluster elects a leader, or that meets another broker's
+// making the same bucket, may go unanswered.
+const attemptTimeout = 3 * time.Second
+
+// bucket makes the bucket, or opens it when another broker has made it,
+// trying again until ctx ends.
+func bucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	wait := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		kv, err := js.CreateKeyValue(actx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			kv, err = js.KeyValue(actx, cfg.Bucket)
+		}
+		cancel()
+		if err == nil {
+			return kv, nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
 }

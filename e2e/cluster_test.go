@@ -1,8 +1,9 @@
-package e2e
+package e2e_test
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,10 +70,17 @@ func (c *testCluster) startBroker(i int) {
 	cmd := exec.Command(testbin.A2ABus(t), args...)
 	cmd.Env = append(os.Environ(), "HOME="+c.dir)
 	ready := newLineSignal(path)
-	logf, err := os.Create(filepath.Join(c.dir, fmt.Sprintf("b%d.log", i)))
+	logPath := filepath.Join(c.dir, fmt.Sprintf("b%d.log", i))
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	require.NoError(t, err)
-	defer logf.Close()
-	cmd.Stderr = ready
+	t.Cleanup(func() {
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("broker %d's log:\n%s", i, b)
+		}
+	})
+	cmd.Stderr = io.MultiWriter(ready, logf)
 	require.NoError(t, cmd.Start())
 	c.brokers[i] = cmd
 	ready.wait(t, 60*time.Second, fmt.Sprintf("broker %d serves", i))

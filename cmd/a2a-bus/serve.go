@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/cluster"
 	"github.com/a2a-bus/a2a-bus/gateway"
 	"github.com/a2a-bus/a2a-bus/internal/brokerid"
 	"github.com/a2a-bus/a2a-bus/internal/connfile"
@@ -36,6 +37,13 @@ type serveOptions struct {
 	a2aListen          string
 	natsURL            string
 	natsCreds          string
+	state              string
+	brokerName         string
+	replicas           int
+	calloutSeed        string
+	calloutTTL         time.Duration
+	systemURL          string
+	systemCreds        string
 	connectionFile     string
 	dataDir            string
 	retention          time.Duration
@@ -67,6 +75,13 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.a2aListen, "a2a-listen", "", "NATS: serve the A2A 1.0 gateway on this address (127.0.0.1:0 for a free port); off by default")
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS: use this server or cluster instead of embedding one")
 	fs.StringVar(&o.natsCreds, "nats-creds", "", "NATS: a credentials file for --nats-url")
+	fs.StringVar(&o.state, "state", "local", `where the broker keeps its state: "local" (--data-dir, or memory) or "jetstream" (the --nats-url cluster's JetStream, shared with the cluster's other brokers)`)
+	fs.StringVar(&o.brokerName, "broker-name", defaultBrokerName(), "--state=jetstream: this broker's name in the cluster, the same across its restarts (letters, digits, - and _)")
+	fs.IntVar(&o.replicas, "replicas", 3, "--state=jetstream: copies of each stream the cluster keeps (1 on a single server)")
+	fs.StringVar(&o.calloutSeed, "nats-callout-seed", "", "NATS: a file holding the account nkey seed of the --nats-url server's auth_callout issuer: the broker then issues session credentials there (a2a.sessions.open)")
+	fs.DurationVar(&o.calloutTTL, "nats-callout-ttl", natsbus.DefaultCalloutUserTTL, "--nats-callout-seed: how long a session connection is admitted before it is checked again")
+	fs.StringVar(&o.systemURL, "nats-system-url", "", "--nats-callout-seed: the servers' URL as a system-account user, so that a2a.sessions.close closes the session's connections at once")
+	fs.StringVar(&o.systemCreds, "nats-system-creds", "", "--nats-system-url: a credentials file for it")
 	fs.StringVar(&o.connectionFile, "connection-file", "", "NATS: where to write how to connect (default $XDG_RUNTIME_DIR/a2a-bus/connection.json, else connection.json in the state folder)")
 	fs.StringVar(&o.dataDir, "data-dir", defaultDataDir(), `the durable task store's folder; "" keeps everything in memory`)
 	fs.DurationVar(&o.retention, "retention", broker.DefaultRetention.MaxAge, "how long terminal tasks are kept (0: no limit)")
@@ -97,11 +112,18 @@ its path as the first line on stderr. --a2a-listen adds an A2A 1.0
 gateway for the official A2A SDKs; its URL and bearer token join the
 connection file ("a2aUrl", "a2aToken").
 
+With --nats-url and --state=jetstream, brokers on several hosts share one
+bus on a NATS cluster with JetStream: each keeps its state in the
+cluster's streams (--replicas copies), any of them answers any request,
+and names are unique across the cluster (docs/PROTOCOL.md, the cluster
+binding; README, "Run it across machines").
+
 Examples:
   a2a-bus serve                     # embedded NATS on loopback
   a2a-bus serve --a2a-listen 127.0.0.1:0   # and the A2A gateway
   a2a-bus serve --bus=pipe          # JSON-RPC lines on stdin/stdout
   a2a-bus serve --config a2a.json   # {"bus": "pipe", "max-tasks-per-context": 64}
+  a2a-bus serve --nats-url nats://n1:4222,nats://n2:4222 --state=jetstream --broker-name laptop
 
 Flags:
 `)
@@ -234,6 +256,33 @@ func (o *serveOptions) validate() error {
 	if o.natsURL != "" && (o.listen != "" || o.allowRemote) {
 		return usageErrorf("--listen and --allow-remote configure the embedded server; --nats-url uses another")
 	}
+	switch o.state {
+	case "local":
+		if o.brokerName != defaultBrokerName() && o.origins["broker-name"] == fromFlag {
+			return usageErrorf("--broker-name: for --state=jetstream")
+		}
+	case "jetstream":
+		if o.natsURL == "" || o.bus != "nats" {
+			return usageErrorf("--state=jetstream: needs --nats-url (a NATS cluster with JetStream)")
+		}
+		if o.replicas < 1 || o.replicas > 5 {
+			return usageErrorf("--replicas: 1 to 5")
+		}
+		if !validBrokerName(o.brokerName) {
+			return usageErrorf("--broker-name: %q: 1 to 64 letters, digits, - or _", o.brokerName)
+		}
+	default:
+		return usageErrorf("--state: %q is not local or jetstream", o.state)
+	}
+	if o.calloutSeed == "" && (o.systemURL != "" || o.systemCreds != "") {
+		return usageErrorf("--nats-system-url and --nats-system-creds: for --nats-callout-seed")
+	}
+	if o.calloutSeed != "" && o.natsURL == "" {
+		return usageErrorf("--nats-callout-seed: needs --nats-url")
+	}
+	if o.systemCreds != "" && o.systemURL == "" {
+		return usageErrorf("--nats-system-creds: needs --nats-system-url")
+	}
 	if o.a2aListen != "" && o.natsURL != "" {
 		return usageErrorf("--a2a-listen: the gateway needs the embedded NATS server, not --nats-url")
 	}
@@ -324,18 +373,41 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		return err
 	}
 	defer claim.Release()
-	st, err := openStore(o.dataDir, o.acceptDataLoss, log)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	bus, err := natsbus.New(natsbus.Config{
+	busCfg := natsbus.Config{
 		URL:             o.natsURL,
 		CredsFile:       o.natsCreds,
 		Server:          natsbus.ServerConfig{Listen: o.listen, AllowRemote: o.allowRemote, MaxConnectionsPerSession: o.maxConnsPerSess},
 		MaxMessageBytes: o.maxMessageBytes,
 		Logger:          log,
-	})
+	}
+	if o.calloutSeed != "" {
+		seed, err := readSeed(o.calloutSeed)
+		if err != nil {
+			return err
+		}
+		busCfg.Callout = natsbus.CalloutConfig{Seed: seed, UserTTL: o.calloutTTL, SystemURL: o.systemURL, SystemCredsFile: o.systemCreds}
+	}
+	var (
+		st     store.Store
+		shared *sharedState
+	)
+	if o.state == "jetstream" {
+		if shared, err = openCluster(ctx, o, log); err != nil {
+			return err
+		}
+		defer shared.Close()
+		st = shared.Store()
+		busCfg.QueueGroup = cluster.QueueGroup
+		if o.calloutSeed != "" {
+			busCfg.Callout.Revocations = shared.Revocations()
+		}
+	} else {
+		if st, err = openStore(o.dataDir, o.acceptDataLoss, log); err != nil {
+			return err
+		}
+		defer st.Close()
+	}
+	bus, err := natsbus.New(busCfg)
 	if err != nil {
 		return err
 	}
@@ -357,6 +429,9 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	cfg, gwInstance, err := o.brokerConfig(st, log)
 	if err != nil {
 		return err
+	}
+	if shared != nil {
+		cfg.Cluster = shared.Broker()
 	}
 	// The host issues the gateway's client credentials through the
 	// broker's host methods (PROTOCOL.md §12).
