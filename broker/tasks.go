@@ -301,6 +301,18 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 	}
 	stripe.Unlock()
 	b.publish(n)
+	if err != nil && k.name != "" && errors.Is(err, store.ErrExists) {
+		// The key's task was made meanwhile by another broker of a
+		// cluster (the key's lock is this broker's own): this send is a
+		// retry of that one.
+		rec, ferr := b.store.FindSend(ctx, self.instance, k.name)
+		if ferr == nil {
+			if rec.SendDigest != k.digest {
+				return nil, keyReused(k.name)
+			}
+			return wire.TaskResult{Task: &rec.Task}, nil
+		}
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrLimit) {
 			return nil, wire.ErrTaskLimit.Withf("session already has %d open tasks", b.cfg.MaxTasksPerContext)
