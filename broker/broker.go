@@ -164,6 +164,8 @@ type Broker struct {
 	// live is, in a cluster, the brokers whose leases held at the last
 	// look.
 	live atomic.Pointer[map[string]bool]
+	// catching shares the registry's catch-ups with the cluster.
+	catching catchUps
 
 	// failures logs the store's failures and the requests they fail
 	// once, then a count a minute, not once a request (a full disk fails

@@ -539,7 +539,48 @@ const catchUpTimeout = 2 * time.Second
 // cluster stored before it was called: a token issued by another broker
 // a moment ago works here at once (a host's requests may move between
 // brokers), not once the watch has come round to it.
+//
+// Catch-ups are shared: a caller waits for the first one that starts
+// after it came, and one runs at a time, so that a flood of unknown
+// tokens (a hostile session's guesses) costs the cluster one read per
+// round trip of the broker, not one per request.
 func (b *Broker) catchUp() {
+	c := &b.catching
+	c.mu.Lock()
+	if c.cond.L == nil {
+		c.cond.L = &c.mu
+	}
+	want := c.started + 1 // the first catch-up to start after now
+	for c.done < want {
+		if c.running {
+			c.cond.Wait()
+			continue
+		}
+		c.running = true
+		c.started++
+		n := c.started
+		c.mu.Unlock()
+		b.syncRegistry()
+		c.mu.Lock()
+		c.running = false
+		c.done = n
+		c.cond.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+// catchUps shares the registry's catch-ups among the requests that need
+// one (see catchUp).
+type catchUps struct {
+	mu      sync.Mutex
+	cond    sync.Cond // on mu
+	running bool
+	started uint64 // catch-ups started
+	done    uint64 // the latest finished (they run one at a time)
+}
+
+// syncRegistry is one catch-up.
+func (b *Broker) syncRegistry() {
 	ctx, cancel := context.WithTimeout(b.ctx, catchUpTimeout)
 	defer cancel()
 	if err := b.cfg.Cluster.Registry.Sync(ctx); err != nil {

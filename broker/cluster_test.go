@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,14 +29,16 @@ import (
 type fakeCluster struct {
 	store.Store // shared; registrations are watched
 
-	mu       sync.Mutex
-	names    map[string]string // agentId -> instance
-	watchers map[int]func(string)
-	nextW    int
-	logs     map[string]*fakeLog
-	buses    []*fakebus.Bus
-	renewed  map[string]time.Time // broker -> last renewal
-	stopped  map[string]bool      // brokers whose renewals are ignored
+	mu        sync.Mutex
+	names     map[string]string // agentId -> instance
+	watchers  map[int]func(string)
+	nextW     int
+	logs      map[string]*fakeLog
+	buses     []*fakebus.Bus
+	syncs     atomic.Int64
+	syncDelay time.Duration
+	renewed   map[string]time.Time // broker -> last renewal
+	stopped   map[string]bool      // brokers whose renewals are ignored
 }
 
 // leaseTerm is how long a fake lease holds after its renewal.
@@ -160,8 +164,13 @@ func (c *fakeCluster) WatchRegistrations(ctx context.Context, fn func(string)) (
 }
 
 // Sync has nothing to wait for: the fake's watch is called before a
-// change returns.
-func (c *fakeCluster) Sync(context.Context) error { return nil }
+// change returns. It counts its calls, and takes syncDelay, as a round
+// trip to the cluster does.
+func (c *fakeCluster) Sync(context.Context) error {
+	c.syncs.Add(1)
+	time.Sleep(c.syncDelay)
+	return nil
+}
 
 func (c *fakeCluster) Append(_ context.Context, session string, build func(uint64) ([]byte, error)) (uint64, error) {
 	c.mu.Lock()
@@ -425,4 +434,22 @@ func TestClusterAnAgentThatCallsAnotherBrokerIsTakenOver(t *testing.T) {
 	_, err := alice.on(b2).update(task.ID, wire.StateCompleted, "done")
 	require.NoError(t, err)
 	assert.Contains(t, ids(bob.list()), "alice")
+}
+
+// A flood of unknown tokens costs the cluster a catch-up per round trip,
+// not one per request: requests that came while one ran share the next.
+func TestClusterAFloodOfUnknownTokensSharesCatchUps(t *testing.T) {
+	c := newFakeCluster()
+	c.syncDelay = 50 * time.Millisecond // a slow round trip: the requests overlap it
+	b1 := c.broker(t, "b1")
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := b1.tryCall("s1", wire.MethodListAgents, map[string]any{"token": fmt.Sprintf("guess-%d", i)})
+			assert.ErrorIs(t, err, wire.ErrUnauthorized)
+		})
+	}
+	wg.Wait()
+	assert.Less(t, c.syncs.Load(), int64(n/4), "catch-ups: %d for %d requests", c.syncs.Load(), n)
 }
