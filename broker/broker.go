@@ -445,7 +445,8 @@ func (b *Broker) Close() error {
 			b.mirrorState.stop()
 		}
 	})
-	// Under the republisher's lock: it starts no goroutine once canceled.
+	// Under the republisher's lock: it (and a cluster's take-over) starts
+	// no goroutine once canceled.
 	b.republish.mu.Lock()
 	b.cancel()
 	b.republish.mu.Unlock()

@@ -511,6 +511,14 @@ func (b *Broker) adopt(a *agent) {
 	if live == nil || (*live)[a.broker] || !a.adopting.CompareAndSwap(false, true) {
 		return
 	}
+	// Under the lock Close cancels under: no goroutine starts once the
+	// broker is closing.
+	b.republish.mu.Lock()
+	defer b.republish.mu.Unlock()
+	if b.ctx.Err() != nil {
+		a.adopting.Store(false)
+		return
+	}
 	b.wg.Go(func() {
 		defer a.adopting.Store(false)
 		unlock := b.lockInstance(a.instance)
