@@ -553,6 +553,9 @@ const catchUpTimeout = 2 * time.Second
 // tokens (a hostile session's guesses) costs the cluster one read per
 // round trip of the broker, not one per request.
 func (b *Broker) catchUp() {
+	if testHookCatchingUp != nil {
+		testHookCatchingUp()
+	}
 	c := &b.catching
 	c.mu.Lock()
 	if c.cond.L == nil {

@@ -29,16 +29,18 @@ import (
 type fakeCluster struct {
 	store.Store // shared; registrations are watched
 
-	mu        sync.Mutex
-	names     map[string]string // agentId -> instance
-	watchers  map[int]func(string)
-	nextW     int
-	logs      map[string]*fakeLog
-	buses     []*fakebus.Bus
-	syncs     atomic.Int64
-	syncDelay time.Duration
-	renewed   map[string]time.Time // broker -> last renewal
-	stopped   map[string]bool      // brokers whose renewals are ignored
+	mu       sync.Mutex
+	names    map[string]string // agentId -> instance
+	watchers map[int]func(string)
+	nextW    int
+	logs     map[string]*fakeLog
+	buses    []*fakebus.Bus
+	lagging  bool     // the watch tells changes only at a Sync
+	unsaid   []string // the changes it has not told
+	syncs    atomic.Int64
+	syncHold func()               // holds the first Sync
+	renewed  map[string]time.Time // broker -> last renewal
+	stopped  map[string]bool      // brokers whose renewals are ignored
 }
 
 // leaseTerm is how long a fake lease holds after its renewal.
@@ -85,6 +87,13 @@ func newFakeCluster() *fakeCluster {
 
 func (c *fakeCluster) notify(instance string) {
 	c.mu.Lock()
+	if c.lagging {
+		// Told at the next Sync, as a watch that has not come round to
+		// it yet.
+		c.unsaid = append(c.unsaid, instance)
+		c.mu.Unlock()
+		return
+	}
 	ws := make([]func(string), 0, len(c.watchers))
 	for _, w := range c.watchers {
 		ws = append(ws, w)
@@ -164,11 +173,25 @@ func (c *fakeCluster) WatchRegistrations(ctx context.Context, fn func(string)) (
 }
 
 // Sync has nothing to wait for: the fake's watch is called before a
-// change returns. It counts its calls, and takes syncDelay, as a round
-// trip to the cluster does.
+// change returns (but for lagging). It counts its calls; syncHold
+// holds the first.
 func (c *fakeCluster) Sync(context.Context) error {
-	c.syncs.Add(1)
-	time.Sleep(c.syncDelay)
+	if c.syncs.Add(1) == 1 && c.syncHold != nil {
+		c.syncHold()
+	}
+	c.mu.Lock()
+	unsaid := c.unsaid
+	c.unsaid = nil
+	ws := make([]func(string), 0, len(c.watchers))
+	for _, w := range c.watchers {
+		ws = append(ws, w)
+	}
+	c.mu.Unlock()
+	for _, instance := range unsaid {
+		for _, w := range ws {
+			w(instance)
+		}
+	}
 	return nil
 }
 
@@ -440,9 +463,17 @@ func TestClusterAnAgentThatCallsAnotherBrokerIsTakenOver(t *testing.T) {
 // not one per request: requests that came while one ran share the next.
 func TestClusterAFloodOfUnknownTokensSharesCatchUps(t *testing.T) {
 	c := newFakeCluster()
-	c.syncDelay = 50 * time.Millisecond // a slow round trip: the requests overlap it
-	b1 := c.broker(t, "b1")
 	const n = 64
+	var waiting atomic.Int64
+	broker.OnCatchingUp(t, func() { waiting.Add(1) })
+	// The first catch-up lasts until every request waits for one.
+	c.syncHold = func() {
+		deadline := time.Now().Add(10 * time.Second)
+		for waiting.Load() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	b1 := c.broker(t, "b1")
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -451,5 +482,22 @@ func TestClusterAFloodOfUnknownTokensSharesCatchUps(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.Less(t, c.syncs.Load(), int64(n/4), "catch-ups: %d for %d requests", c.syncs.Load(), n)
+	require.EqualValues(t, n, waiting.Load())
+	// The first, and the one the others shared.
+	assert.EqualValues(t, 2, c.syncs.Load(), "catch-ups for %d requests", n)
+}
+
+// An instance registered on one broker a moment ago is live in its
+// session for every broker: it cannot be registered in another session
+// through another broker before that broker's copy has seen it.
+func TestClusterAnInstanceNeverMovesToAnotherSessionThroughAnotherBroker(t *testing.T) {
+	c := newFakeCluster()
+	c.lagging = true // the watch tells nothing until a catch-up
+	b1, b2 := c.broker(t, "b1"), c.broker(t, "b2")
+	b1.registerInstance("s1", "alice", "alice-instance")
+	_, err := b2.tryRegister("s2", "mallory", "alice-instance")
+	requireCode(t, err, wire.ErrInvalidParams)
+	reg, err := c.Registration(context.Background(), "alice-instance")
+	require.NoError(t, err)
+	assert.Equal(t, "s1", reg.Session)
 }

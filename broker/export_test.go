@@ -52,3 +52,10 @@ func OnLockingSend(t interface{ Cleanup(func()) }, fn func(instance, key string)
 	testHookLockingSend = fn
 	t.Cleanup(func() { testHookLockingSend = nil })
 }
+
+// OnCatchingUp calls fn whenever a request starts to wait for a catch-up
+// with the cluster's registrations, for the test's length.
+func OnCatchingUp(t interface{ Cleanup(func()) }, fn func()) {
+	testHookCatchingUp = fn
+	t.Cleanup(func() { testHookCatchingUp = nil })
+}

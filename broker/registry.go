@@ -96,6 +96,7 @@ var (
 	testHookSwept           func() // the orphan sweep is done
 	testHookLockingInstance func(instance string)
 	testHookLockingSend     func(instance, key string)
+	testHookCatchingUp      func() // a request waits for a cluster catch-up
 )
 
 // registry is the set of live agents and their indexes.
@@ -405,6 +406,12 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, req *wire.
 	p, err := b.registration(from, req)
 	if err != nil {
 		return nil, err
+	}
+	if b.clustered() && b.reg.liveInstance(p.InstanceID) == nil {
+		// Whether the instance is live, and where, is the cluster's
+		// latest word: a registration of it on another broker a moment
+		// ago counts (an instance never moves to another session).
+		b.catchUp()
 	}
 	token := secret.Hex(32)
 	a := &agent{name: p.Card.Name, instance: p.InstanceID, session: p.ContextID, tokenHash: hashToken(token),
