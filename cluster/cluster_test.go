@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -45,4 +46,68 @@ func TestThreeBrokersOpenOneClusterAtOnce(t *testing.T) {
 		require.NotNil(t, c)
 		require.Equal(t, cs[0].Broker().Epoch, c.Broker().Epoch, "one epoch for the cluster")
 	}
+}
+
+func TestALeaseLapsesWhenItsBrokerStopsRenewingIt(t *testing.T) {
+	nc := natscluster.Start(t, 3, natscluster.Options{})
+	a, b := open(t, nc, 0, "a"), open(t, nc, 1, "b")
+	ctx := context.Background()
+	la, lb := a.Broker().Leases, b.Broker().Leases
+	require.NoError(t, la.Renew(ctx, "a"))
+	require.NoError(t, lb.Renew(ctx, "b"))
+	live, err := lb.Live(ctx)
+	require.NoError(t, err)
+	require.Equal(t, map[string]bool{"a": true, "b": true}, live, "each sees the other's lease")
+	// b goes on renewing; a stops: a's lease lapses by the cluster's
+	// clock (the term is a second here).
+	require.Eventually(t, func() bool {
+		if err := lb.Renew(ctx, "b"); err != nil {
+			return false
+		}
+		live, err := lb.Live(ctx)
+		return err == nil && !live["a"] && live["b"]
+	}, 30*time.Second, 100*time.Millisecond, "a's lease never lapsed")
+}
+
+func TestARevocationHoldsForEveryBroker(t *testing.T) {
+	nc := natscluster.Start(t, 3, natscluster.Options{})
+	a, b := open(t, nc, 0, "a"), open(t, nc, 2, "b")
+	ctx := context.Background()
+	ra, rb := a.Revocations(), b.Revocations()
+	g, err := ra.Current(ctx, "chat.1")
+	require.NoError(t, err)
+	gb, err := rb.Current(ctx, "chat.1")
+	require.NoError(t, err)
+	require.Equal(t, g, gb, "one generation for the cluster")
+
+	// Revoked on b, ended for a at once; revoked on both at once, each
+	// ends a generation, and the last is new to both.
+	ended, err := rb.Revoke(ctx, "chat.1")
+	require.NoError(t, err)
+	require.Equal(t, g, ended)
+	now, err := ra.Current(ctx, "chat.1")
+	require.NoError(t, err)
+	require.NotEqual(t, g, now)
+	var wg sync.WaitGroup
+	var ends [2]uint64
+	for i, r := range []interface {
+		Revoke(context.Context, string) (uint64, error)
+	}{ra, rb} {
+		wg.Go(func() {
+			var err error
+			ends[i], err = r.Revoke(ctx, "chat.1")
+			assert.NoError(t, err)
+		})
+	}
+	wg.Wait()
+	require.NotEqual(t, ends[0], ends[1], "two revocations ended one generation")
+	last, err := rb.Current(ctx, "chat.1")
+	require.NoError(t, err)
+	for _, old := range []uint64{g, now, ends[0], ends[1]} {
+		require.NotEqual(t, old, last)
+	}
+	// Another session is untouched.
+	other, err := ra.Current(ctx, "chat.2")
+	require.NoError(t, err)
+	require.Equal(t, g, other)
 }
