@@ -7,6 +7,7 @@
 //	go run ./bench --format json   # JSON on stdout as well
 //	go run ./bench --only stores   # one section (written to --out as well)
 //	go run ./bench --only idle     # idle CPU and memory per session of serve
+//	go run ./bench --only cluster  # the cluster mode on 3 nats-server nodes
 //
 // The node section runs the Node host package's benchmark
 // (clients/node/bench) when node is on PATH and the package is built.
@@ -52,7 +53,7 @@ type Result struct {
 func main() {
 	quick := flag.Bool("quick", false, "short runs and fewer points: about 3 minutes on 2 cores")
 	format := flag.String("format", "markdown", "markdown, or json: also print one JSON object per case on stdout")
-	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, durable, startup, idle, node")
+	only := flag.String("only", "", "run only these sections, comma-separated: events, roundtrips, sessions, agents, stores, durable, startup, idle, node, cluster")
 	out := flag.String("out", filepath.Join("docs", "bench"), "the folder the results are written to")
 	flag.Parse()
 	if *format != "markdown" && *format != "json" {
@@ -186,6 +187,7 @@ func (r *runner) all() error {
 		{"startup", r.serveStartup},
 		{"idle", r.idle},
 		{"node", r.nodeHost},
+		{"cluster", r.cluster},
 	}
 	for _, sec := range sections {
 		if r.only != "" && !slices.Contains(strings.Split(r.only, ","), sec.name) {
@@ -416,7 +418,7 @@ func (r *runner) markdown() string {
 	s += "| --- | --- | ---: | ---: | ---: | --- | ---: | --- | --- |\n"
 	for _, res := range r.results {
 		figs := ""
-		for _, k := range []string{"events/s", "tasks/s", "pushes/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "cpu-%", "broker-cpu-%", "host-cpu-%", "server-cpu-%", "rss-MiB", "KiB/session", "KiB/connection", "MB/s", "bytes"} {
+		for _, k := range []string{"events/s", "tasks/s", "msgs/s", "pushes/s", "p50-µs", "p99-µs", "ready-ms", "rss-KiB", "cpu-%", "broker-cpu-%", "host-cpu-%", "server-cpu-%", "rss-MiB", "KiB/session", "KiB/connection", "MB/s", "bytes", "cpu-ms/op", "server-cpu-ms/op", "rpc/op", "js-writes/op", "js-msgs/op", "js-reads/op", "events/op"} {
 			if v, ok := res.Metrics[k]; ok {
 				figs += fmt.Sprintf("%s %s; ", k, human(v))
 			}
