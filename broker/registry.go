@@ -700,6 +700,16 @@ func (b *Broker) listAgents(ctx context.Context, from transport.Caller, req *wir
 // self (live, not self, not hidden); else no card. It costs one card,
 // whatever the number of agents.
 func (b *Broker) agentPage(self *agent, id string) json.RawMessage {
+	if b.clustered() {
+		// An agent registered through another broker a moment ago may
+		// not be in this broker's copy yet.
+		b.reg.mu.RLock()
+		known := b.reg.byID[id] != nil
+		b.reg.mu.RUnlock()
+		if !known {
+			b.catchUp()
+		}
+	}
 	b.reg.mu.RLock()
 	var card json.RawMessage
 	if a := b.reg.byID[id]; a != nil && a != self && !a.hidden {

@@ -135,7 +135,31 @@ func validObject(field string, raw json.RawMessage) *wire.Error {
 // resolvePeer finds the addressee of a new task or push (addressing rule 2, docs/PROTOCOL.md):
 // to when given; else the single other agent of the caller's session; else
 // the single agent of the other sessions.
+//
+// In a cluster the registry is a copy of the cluster's that may lag
+// behind it: the broker catches up with the registrations stored before
+// the call before it answers that to is no live agent, and before it
+// picks among the candidates of a send without to, so that an agent
+// registered through another broker a moment ago is found, and counted,
+// at once.
 func (b *Broker) resolvePeer(self *agent, to string) (*agent, *wire.Error) {
+	if !b.clustered() {
+		return b.resolveKnownPeer(self, to)
+	}
+	if to == "" {
+		b.catchUp()
+		return b.resolveKnownPeer(self, to)
+	}
+	peer, err := b.resolveKnownPeer(self, to)
+	if peer == nil {
+		b.catchUp()
+		peer, err = b.resolveKnownPeer(self, to)
+	}
+	return peer, err
+}
+
+// resolveKnownPeer is resolvePeer among the agents the registry holds.
+func (b *Broker) resolveKnownPeer(self *agent, to string) (*agent, *wire.Error) {
 	r := &b.reg
 	r.mu.RLock()
 	defer r.mu.RUnlock()

@@ -55,6 +55,11 @@ type Options struct {
 	SyncAlways bool
 	// Name is the cluster's name ("a2a" when empty).
 	Name string
+	// ProbeUser and ProbePassword are a user of Extra's config that may
+	// use JetStream: Start then checks as that user that a stream can be
+	// placed on every node. Without them, a cluster whose config asks
+	// clients for credentials is not probed.
+	ProbeUser, ProbePassword string
 }
 
 // Cluster is a running cluster. Its methods are safe for concurrent use,
@@ -293,7 +298,8 @@ func (c *Cluster) waitPeers() error {
 
 // probePlacement makes and removes a memory stream with a replica on
 // every running node, until that works. A cluster whose config asks
-// clients for credentials (Options.Extra) is not probed.
+// clients for credentials (Options.Extra) is probed as
+// Options.ProbeUser, or not at all when there is none.
 func (c *Cluster) probePlacement() error {
 	var running []int
 	for i := range c.nodes {
@@ -304,11 +310,20 @@ func (c *Cluster) probePlacement() error {
 	if len(running) < 2 {
 		return nil
 	}
-	nc, err := nats.Connect(c.URL(running[0]), nats.NoReconnect())
-	if err != nil {
+	// The connect waits for the server's refusal: an auth callout answers
+	// none only when the server's auth timeout (2 s by default) has
+	// passed, after the client's own default timeout.
+	opts := []nats.Option{nats.NoReconnect(), nats.Timeout(readyTimeout)}
+	if c.opts.ProbeUser != "" {
+		opts = append(opts, nats.UserInfo(c.opts.ProbeUser, c.opts.ProbePassword))
+	}
+	nc, err := nats.Connect(c.URL(running[0]), opts...)
+	if err != nil && c.opts.ProbeUser == "" {
 		if errors.Is(err, nats.ErrAuthorization) || strings.Contains(err.Error(), "uthoriz") {
 			return nil
 		}
+	}
+	if err != nil {
 		return fmt.Errorf("probe placement: %w", err)
 	}
 	defer nc.Close()

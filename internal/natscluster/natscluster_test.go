@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -76,4 +77,43 @@ func TestAClusterSurvivesAKilledNode(t *testing.T) {
 	c.Stop(1)
 	assert.False(t, c.Running(1))
 	assert.True(t, strings.HasPrefix(c.URLs()[1], "nats://127.0.0.1:"))
+}
+
+// calloutConfig asks every client but the user "app" for credentials
+// through an auth callout that no service answers: the server refuses
+// them once its auth timeout (2 s, the default) has passed, the same as
+// a client's default connect timeout.
+func calloutConfig(t *testing.T) string {
+	t.Helper()
+	kp, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	issuer, err := kp.PublicKey()
+	require.NoError(t, err)
+	return fmt.Sprintf(`accounts { APP { jetstream: enabled, users: [ {user: app, password: apppw} ] } }
+authorization {
+  auth_callout { issuer: %s, account: APP, auth_users: [ app ] }
+}
+`, issuer)
+}
+
+// A cluster whose clients need credentials from an auth callout starts:
+// with a probe user, the placement probe runs as that user; without one
+// it is skipped once the server refuses a client without credentials,
+// which it does only when the callout's wait has passed.
+func TestAClusterWithAnAuthCalloutStarts(t *testing.T) {
+	t.Run("with a probe user", func(t *testing.T) {
+		c := natscluster.Start(t, 3, natscluster.Options{Extra: calloutConfig(t), ProbeUser: "app", ProbePassword: "apppw"})
+		nc, err := nats.Connect(c.URL(1), nats.UserInfo("app", "apppw"))
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
+		require.NoError(t, err, "the probe saw a stream placed on every node")
+	})
+	t.Run("without", func(t *testing.T) {
+		natscluster.Start(t, 3, natscluster.Options{Extra: calloutConfig(t)})
+	})
 }

@@ -240,7 +240,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 			st, err = js.Stream(actx, cfg.Stream)
 		}
 		cancel()
-		if err == nil || !transient(err) || ctx.Err() != nil {
+		// Another Log's create of the stream, made at the same time, may
+		// have taken the name and not yet made the stream: not found,
+		// for a moment.
+		if err == nil || !(transient(err) || errors.Is(err, jetstream.ErrStreamNotFound)) || ctx.Err() != nil {
 			break
 		}
 		if err := sleep(ctx, nil, &backoff); err != nil {

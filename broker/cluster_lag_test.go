@@ -1,0 +1,94 @@
+package broker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// laggingWatch is one broker's view of a fakeCluster whose watch lags:
+// the changes stored reach the broker's copy only when it calls Sync, as
+// a JetStream watch may come round to a change well after another broker
+// stored it and answered its client.
+type laggingWatch struct {
+	*fakeCluster
+	mu      sync.Mutex
+	fn      func(string)
+	pending []string
+}
+
+func (l *laggingWatch) WatchRegistrations(ctx context.Context, fn func(string)) (func(), error) {
+	l.mu.Lock()
+	l.fn = fn
+	l.mu.Unlock()
+	return l.fakeCluster.WatchRegistrations(ctx, func(instance string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.pending = append(l.pending, instance)
+	})
+}
+
+func (l *laggingWatch) Sync(context.Context) error {
+	l.mu.Lock()
+	pending, fn := l.pending, l.fn
+	l.pending = nil
+	l.mu.Unlock()
+	for _, instance := range pending {
+		fn(instance)
+	}
+	return nil
+}
+
+// laggingBroker starts a broker of c whose copy of the registrations is
+// brought up to date only by its Sync calls.
+func (c *fakeCluster) laggingBroker(t *testing.T, id string) *env {
+	t.Helper()
+	lag := &laggingWatch{fakeCluster: c}
+	cfg := broker.Config{Store: c}
+	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: lag, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+		c.mu.Lock()
+		c.buses = append(c.buses, b)
+		c.mu.Unlock()
+		return b
+	})
+}
+
+// An agent another broker registered a moment ago is an addressee at
+// once, by name and without: the broker catches up with the cluster's
+// registrations before it answers that there is no such agent, as it
+// does before it refuses a token.
+func TestClusterAnAgentRegisteredElsewhereIsFoundAtOnce(t *testing.T) {
+	c := newFakeCluster()
+	b1, b2 := c.broker(t, "b1"), c.laggingBroker(t, "b2")
+	alice := b2.register("s1", "alice")
+
+	bob := b1.register("s2", "bob")
+	task, err := alice.send("bob", "hello")
+	require.NoError(t, err, "a send by name to an agent registered through another broker")
+	assert.Equal(t, bob.id, task.AgentName)
+
+	carol := b1.register("s3", "carol")
+	res, err := alice.call(wire.MethodListAgents, map[string]any{"agentId": "carol"})
+	require.NoError(t, err)
+	var page wire.ListAgentsResult
+	require.NoError(t, json.Unmarshal(res, &page))
+	require.Len(t, page.Agents, 1, "the card of an agent registered through another broker")
+	assert.Equal(t, carol.id, page.Agents[0].AgentID)
+
+	// Without to, the single other agent of alice's session.
+	dave := b1.register("s1", "dave")
+	task, err = alice.send("", "hello")
+	require.NoError(t, err, "a send without to, whose only candidate registered through another broker")
+	assert.Equal(t, dave.id, task.AgentName)
+}
