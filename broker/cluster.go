@@ -548,6 +548,9 @@ const catchUpTimeout = 2 * time.Second
 // a moment ago works here at once (a host's requests may move between
 // brokers), not once the watch has come round to it.
 //
+// The caller holds no agent: bringing an instance in line may revoke its
+// copy, which waits for the agent's holds.
+//
 // Catch-ups are shared: a caller waits for the first one that starts
 // after it came, and one runs at a time, so that a flood of unknown
 // tokens (a hostile session's guesses) costs the cluster one read per

@@ -683,6 +683,13 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 
 func (b *Broker) listAgents(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	var p wire.ListAgentsParams
+	if b.clustered() {
+		// The list is the cluster's as of the call: the registry catches
+		// up with the registrations stored before it, before the caller
+		// is held (a catch-up may revoke the caller's own copy, which
+		// waits for its holds).
+		b.catchUp()
+	}
 	return b.heldCaller(from, req, &p, &p.Token, func(self *agent) (any, *wire.Error) {
 		size, err := pageSize(p.PageParams)
 		if err != nil {
@@ -700,16 +707,6 @@ func (b *Broker) listAgents(ctx context.Context, from transport.Caller, req *wir
 // self (live, not self, not hidden); else no card. It costs one card,
 // whatever the number of agents.
 func (b *Broker) agentPage(self *agent, id string) json.RawMessage {
-	if b.clustered() {
-		// An agent registered through another broker a moment ago may
-		// not be in this broker's copy yet.
-		b.reg.mu.RLock()
-		known := b.reg.byID[id] != nil
-		b.reg.mu.RUnlock()
-		if !known {
-			b.catchUp()
-		}
-	}
 	b.reg.mu.RLock()
 	var card json.RawMessage
 	if a := b.reg.byID[id]; a != nil && a != self && !a.hidden {
