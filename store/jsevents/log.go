@@ -47,7 +47,8 @@ var (
 	// a call under way when Close cuts its retries short.
 	ErrClosed = errors.New("jsevents: log closed")
 	// ErrGap is returned by Since when notifications after afterSeq are no
-	// longer kept (evicted by the window, or dropped by Forget).
+	// longer kept (evicted by the window, purged by the bytes bound, or
+	// dropped by Forget).
 	ErrGap = errors.New("jsevents: the notifications after that seq are no longer kept")
 	// ErrMaybeStored wraps the error of an Append that gave up after an
 	// attempt whose answer it never got: the notification may have been
