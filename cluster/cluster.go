@@ -105,7 +105,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Cluster, error) {
 	if c.store, err = jsstore.Open(ctx, nc, jsstore.Config{Replicas: cfg.Replicas, Prefix: cfg.Prefix, Timeout: cfg.Timeout}); err != nil {
 		return nil, err
 	}
-	if c.events, err = jsevents.Open(ctx, nc, jsevents.Config{Stream: eventsStream(cfg.Prefix), Prefix: cfg.Prefix + ".log", Replicas: cfg.Replicas, Window: cfg.Window}); err != nil {
+	if c.events, err = jsevents.Open(ctx, nc, jsevents.Config{Stream: eventsStream(cfg.Prefix), Prefix: cfg.Prefix + ".log", Replicas: cfg.Replicas, Window: cfg.Window, MaxBytes: broker.DefaultReplayBytes}); err != nil {
 		c.Close()
 		return nil, err
 	}

@@ -345,11 +345,15 @@ func logStats(t *testing.T, logs []*jsevents.Log) {
 // BenchmarkClusterAppend compares Append on an R3 stream with a bare
 // JetStream publish to an R3 stream on the same cluster: one at a time
 // from one connection, then six at a time from three connections (one per
-// node), each on its own session, then all on one session.
+// node), each on its own session, then all on one session. The Logs bound
+// each session's bytes as a broker does (4 MiB, which these appends stay
+// under); append-over-bound appends to a session over a bound of 64 KiB,
+// which it purges every few appends.
 func BenchmarkClusterAppend(b *testing.B) {
 	c := startCluster(b)
 	nc := connect(b, c.urls(c.nodes[0]))
-	l := open(b, nc, jsevents.Config{Replicas: 3})
+	cfg := jsevents.Config{Replicas: 3, MaxBytes: 4 << 20}
+	l := open(b, nc, cfg)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		b.Fatal(err)
@@ -373,9 +377,18 @@ func BenchmarkClusterAppend(b *testing.B) {
 			}
 		}
 	})
+	b.Run("append-over-bound", func(b *testing.B) {
+		l := open(b, nc, jsevents.Config{Replicas: 3, MaxBytes: 64 << 10})
+		for b.Loop() {
+			if _, err := l.Append(ctx, "bounded", func(uint64) ([]byte, error) { return payload, nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(l.Stats().Purges)/float64(b.N), "purges/op")
+	})
 	logs := []*jsevents.Log{l}
 	for _, n := range c.nodes[1:] {
-		logs = append(logs, open(b, connect(b, c.urls(n)), jsevents.Config{Replicas: 3}))
+		logs = append(logs, open(b, connect(b, c.urls(n)), cfg))
 	}
 	// Six at a time, from the three nodes.
 	b.Run("bare-publish-parallel", func(b *testing.B) {

@@ -1,8 +1,9 @@
 // Package jsevents keeps each session's notifications in one JetStream
 // stream, for brokers of a cluster that share it: it numbers them per
 // recipient session with a dense seq that any broker may assign, keeps the
-// last Window of them for replay, and has the stream publish each one to
-// the session's event subject once, and only once, it is stored.
+// last Window of them for replay (and, with Config.MaxBytes, no more than
+// so many bytes of them per broker), and has the stream publish each one
+// to the session's event subject once, and only once, it is stored.
 //
 // # Layout
 //
@@ -13,7 +14,8 @@
 //   - <prefix>.<T>.e: its notifications, one message each, the JSON-RPC
 //     notification as the body and its seq in the A2a-Seq header (the body
 //     carries the same seq). At most Window are kept (the stream's
-//     MaxMsgsPerSubject), the oldest dropped first.
+//     MaxMsgsPerSubject), the oldest dropped first; Config.MaxBytes
+//     bounds their bytes too (see Bytes below).
 //   - <prefix>.<T>.m: a marker left by Forget, no body, A2a-Seq the
 //     session's last seq, so that the seq outlives the notifications.
 //
@@ -60,6 +62,46 @@
 // applies after taking over may be republished twice. A live subscriber
 // may so miss a notification (it sees a gap in seq and replays it) or get
 // one twice (the runtime drops a seq it has had).
+//
+// # Bytes
+//
+// JetStream bounds bytes per stream, not per subject, and a stream-wide
+// MaxBytes would evict the oldest messages of the whole stream, a
+// session's last one among them. So each Log bounds the bytes of a
+// session itself (Config.MaxBytes, the bodies' lengths, as the broker
+// counts them on one host): it remembers the stream sequences and sizes
+// of the notifications it appended to the session, and when those it still
+// counts pass MaxBytes it purges the session's <prefix>.<T>.e below the
+// oldest of its own that fit, with a filtered purge ($JS.API.STREAM.PURGE,
+// subject and sequence). The oldest go first, whoever appended them; the
+// purge never reaches the Log's own newest, so never the session's last
+// message, which is that one or a later one (nor the marker subject): the
+// seq goes on. A replay that asks for purged ones gets ErrGap, with the
+// oldest kept, as after an eviction by the window. The newest
+// notification is kept even when it alone is over the bound, as on one
+// host.
+//
+// The counts are made in runs of appends of at most MaxBytes/32 bytes
+// (a notification larger than that is a run of its own), and a purge takes
+// whole runs, the fewest that bring the count within MaxBytes: it drops
+// less than one run more than it must, and a session of small
+// notifications costs a purge per run, not per append. A purge that fails is counted
+// (Stats.PurgeErrors) and tried again by the session's next Append from
+// that Log; the Append itself has succeeded.
+//
+// Each Log bounds what it appended, and knows nothing of the others'
+// appends but that its purges take their older notifications too: a
+// session keeps at most MaxBytes per Log (per broker) that appends to it,
+// plus, for each, a last notification that alone is over the bound. The
+// counts live in the Log's memory, with its other state of the session,
+// for the sessions it used last: 4096 while idle (64 in each of 64 shards
+// of a keyed hash), the least recently used forgotten first, each with at
+// most 66 runs of 16 bytes. A session forgotten (or a broker restarted)
+// is counted again from zero; the notifications appended before are not
+// counted but are purged, being older, as soon as the new count passes
+// MaxBytes; until then the session may keep up to MaxBytes more of them
+// each time it was forgotten (at most Window notifications in all). A
+// Forget resets the count.
 //
 // # Reading
 //

@@ -47,7 +47,8 @@ var (
 	// a call under way when Close cuts its retries short.
 	ErrClosed = errors.New("jsevents: log closed")
 	// ErrGap is returned by Since when notifications after afterSeq are no
-	// longer kept (evicted by the window, or dropped by Forget).
+	// longer kept (evicted by the window, purged by the bytes bound, or
+	// dropped by Forget).
 	ErrGap = errors.New("jsevents: the notifications after that seq are no longer kept")
 	// ErrMaybeStored wraps the error of an Append that gave up after an
 	// attempt whose answer it never got: the notification may have been
@@ -74,6 +75,13 @@ type Config struct {
 	// dropped first (the stream's MaxMsgsPerSubject); 0 is DefaultWindow.
 	// There is no age limit: see the package documentation.
 	Window int
+	// MaxBytes bounds the body bytes of a session's notifications that
+	// this Log appended and that are kept: past it, the Log purges the
+	// session's oldest notifications (whoever appended them), never its
+	// last. 0 is no bound. Each Log bounds its own appends, so a session
+	// keeps at most MaxBytes per Log that appends to it: see the package
+	// documentation.
+	MaxBytes int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -94,6 +102,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("jsevents: replicas %d: must be 1 to 5", c.Replicas)
 	case c.Window < 1:
 		return c, fmt.Errorf("jsevents: window %d: must be at least 1", c.Window)
+	case c.MaxBytes < 0:
+		return c, fmt.Errorf("jsevents: max bytes %d: must not be negative", c.MaxBytes)
 	case !validPrefix(c.Prefix):
 		return c, fmt.Errorf("jsevents: prefix %q: not a literal subject", c.Prefix)
 	}
@@ -208,6 +218,7 @@ type Log struct {
 
 	stats struct {
 		appends, conflicts, retries, unanswered, duplicates atomic.Uint64
+		purges, purgeErrors                                 atomic.Uint64
 	}
 
 	done      chan struct{}
@@ -268,7 +279,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		done:       make(chan struct{}),
 	}
 	for i := range l.shards {
-		l.shards[i].m = map[string]*session{}
+		sh := &l.shards[i]
+		sh.m = map[string]*session{}
+		sh.idle.idlePrev, sh.idle.idleNext = &sh.idle, &sh.idle
 	}
 	return l, nil
 }
@@ -287,16 +300,24 @@ type Stats struct {
 	// Duplicates is how many attempts were recognised as a repeat of an
 	// unanswered one that had been stored.
 	Duplicates uint64
+	// Purges is how many times a session's oldest notifications were
+	// purged to keep it within Config.MaxBytes.
+	Purges uint64
+	// PurgeErrors is how many of those purges failed; the session's next
+	// Append tries again.
+	PurgeErrors uint64
 }
 
 // Stats returns the counts so far.
 func (l *Log) Stats() Stats {
 	return Stats{
-		Appends:    l.stats.appends.Load(),
-		Conflicts:  l.stats.conflicts.Load(),
-		Retries:    l.stats.retries.Load(),
-		Unanswered: l.stats.unanswered.Load(),
-		Duplicates: l.stats.duplicates.Load(),
+		Appends:     l.stats.appends.Load(),
+		Conflicts:   l.stats.conflicts.Load(),
+		Retries:     l.stats.retries.Load(),
+		Unanswered:  l.stats.unanswered.Load(),
+		Duplicates:  l.stats.duplicates.Load(),
+		Purges:      l.stats.purges.Load(),
+		PurgeErrors: l.stats.purgeErrors.Load(),
 	}
 }
 
@@ -400,10 +421,12 @@ func (l *Log) Append(ctx context.Context, session string, build func(seq uint64)
 					return fail(fmt.Errorf("stored at stream sequence %d, not read back: %w", ack.Seq, err))
 				}
 				l.stats.appends.Add(1)
+				l.count(ctx, s, subj.event, ack.Seq, len(got.data))
 				return got.seq, nil
 			}
 			s.seq, s.sseq = seq, ack.Seq
 			l.stats.appends.Add(1)
+			l.count(ctx, s, subj.event, ack.Seq, len(body))
 			return seq, nil
 		}
 		if errors.Is(err, errUnanswered) {
@@ -657,6 +680,7 @@ func (l *Log) Forget(ctx context.Context, session string) error {
 			return fail(fmt.Errorf("the seq is kept, the notifications not dropped: %w", err))
 		}
 		s.known, s.seq, s.sseq = true, last.seq, marker
+		s.uncount()
 		return nil
 	}
 }
@@ -787,41 +811,62 @@ func sleep(ctx context.Context, done <-chan struct{}, backoff *time.Duration) er
 
 // Per-session state of one Log: a lock so that its own appends to a
 // session take turns (racing each other's compare-and-set would only make
-// them retry), and the session's last seq and stream sequence as last
-// seen, so that an Append needs no read while no other Log wrote.
+// them retry), the session's last seq and stream sequence as last seen,
+// so that an Append needs no read while no other Log wrote, and the bytes
+// it appended there (Config.MaxBytes).
 const (
 	numShards = 64
-	// maxIdle bounds the sessions whose last seq is remembered while no
-	// call uses them; beyond it, a released one is forgotten (and read
-	// again on its next Append).
+	// maxIdle bounds the sessions remembered while no call uses them:
+	// beyond it, the one used least recently is forgotten (its last seq
+	// read again on its next Append, its bytes counted from zero). Each
+	// shard keeps maxIdle/numShards.
 	maxIdle = 4096
 )
 
 type shard struct {
 	mu sync.Mutex
 	m  map[string]*session
+	// idle lists the sessions no call uses, least recently used first.
+	idle session
 }
 
 type session struct {
-	refs int // under the shard's mu
+	id string
+	// Under the shard's mu: the calls using the session, and its place
+	// in the shard's idle list while there are none.
+	refs               int
+	idlePrev, idleNext *session
 
-	mu    sync.Mutex // held by the call that uses the fields below
+	// Held by the call that uses the fields below.
+	mu    sync.Mutex
 	known bool
 	seq   uint64 // the session's last seq
 	sseq  uint64 // the stream sequence of its last message
+	// This Log's appends to the session still counted against
+	// Config.MaxBytes, oldest first, and their bytes.
+	tallies []tally
+	bytes   int
 }
 
 func (l *Log) shard(id string) *shard {
 	return &l.shards[maphash.String(l.seed, id)%numShards]
 }
 
+func (sh *shard) unlinkIdle(s *session) {
+	s.idlePrev.idleNext, s.idleNext.idlePrev = s.idleNext, s.idlePrev
+	s.idlePrev, s.idleNext = nil, nil
+}
+
 func (l *Log) acquire(id string) *session {
 	sh := l.shard(id)
 	sh.mu.Lock()
 	s := sh.m[id]
-	if s == nil {
-		s = &session{}
+	switch {
+	case s == nil:
+		s = &session{id: id}
 		sh.m[id] = s
+	case s.refs == 0:
+		sh.unlinkIdle(s)
 	}
 	s.refs++
 	sh.mu.Unlock()
@@ -834,15 +879,14 @@ func (l *Log) release(id string, s *session) {
 	sh := l.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	s.refs--
-	if len(sh.m) <= maxIdle/numShards {
-		return
+	if s.refs--; s.refs == 0 {
+		s.idlePrev, s.idleNext = sh.idle.idlePrev, &sh.idle
+		s.idlePrev.idleNext, sh.idle.idlePrev = s, s
 	}
-	// Over the bound: forget one idle session (map order is random).
-	for k, v := range sh.m {
-		if v.refs == 0 {
-			delete(sh.m, k)
-			return
-		}
+	// Over the bound: forget the idle ones used least recently.
+	for len(sh.m) > maxIdle/numShards && sh.idle.idleNext != &sh.idle {
+		old := sh.idle.idleNext
+		sh.unlinkIdle(old)
+		delete(sh.m, old.id)
 	}
 }
