@@ -51,8 +51,7 @@ func call(bus *fakebus.Bus, session, method string, params any, out any) error {
 // A keyed send retried through two brokers at once (a host's requests are
 // spread over them) makes one task: the loser of the race answers with
 // the winner's.
-func TestAKeyedSendRetriedOnTwoBrokersMakesOneTask(t *testing.T) {
-	nc := natscluster.Start(t, 3, natscluster.Options{})
+func testAKeyedSendRetriedOnTwoBrokersMakesOneTask(t *testing.T, nc *natscluster.Cluster) {
 	b1, b2 := brokerOn(t, nc, 0, "a"), brokerOn(t, nc, 1, "b")
 	var asker, worker wire.RegisterResult
 	require.NoError(t, call(b1, "s1", wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "asker"}}, &asker))

@@ -2,7 +2,9 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +22,38 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
 }
 
-// open opens one broker's share on node i.
+// shared is the cluster the package's tests share, each under a prefix
+// of its own (their streams apart).
+var shared struct {
+	nc *natscluster.Cluster
+	n  atomic.Int64
+}
+
+// TestOnOneCluster runs the tests that need a cluster on one: starting
+// three nodes costs more than most of the tests.
+func TestOnOneCluster(t *testing.T) {
+	shared.nc = natscluster.Start(t, 3, natscluster.Options{})
+	for _, tc := range []struct {
+		name string
+		fn   func(t *testing.T, nc *natscluster.Cluster)
+	}{
+		{"ThreeBrokersOpenOneClusterAtOnce", testThreeBrokersOpenOneClusterAtOnce},
+		{"ALeaseLapsesWhenItsBrokerStopsRenewingIt", testALeaseLapsesWhenItsBrokerStopsRenewingIt},
+		{"ARevocationHoldsForEveryBroker", testARevocationHoldsForEveryBroker},
+		{"AKeyedSendRetriedOnTwoBrokersMakesOneTask", testAKeyedSendRetriedOnTwoBrokersMakesOneTask},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("t%d", shared.n.Add(1))
+			prefixes.Store(t, prefix)
+			tc.fn(t, shared.nc)
+		})
+	}
+}
+
+// prefixes maps each subtest to its prefix.
+var prefixes sync.Map
+
+// open opens one broker's share on node i, under the test's prefix.
 func open(t *testing.T, nc *natscluster.Cluster, i int, name string) *cluster.Cluster {
 	t.Helper()
 	conn, err := nats.Connect(nc.URL(i))
@@ -28,14 +61,14 @@ func open(t *testing.T, nc *natscluster.Cluster, i int, name string) *cluster.Cl
 	t.Cleanup(conn.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := cluster.Open(ctx, conn, cluster.Config{Broker: name, Replicas: 3, LeaseTerm: time.Second})
+	prefix, _ := prefixes.Load(t)
+	c, err := cluster.Open(ctx, conn, cluster.Config{Broker: name, Prefix: prefix.(string), Replicas: 3, LeaseTerm: time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-func TestThreeBrokersOpenOneClusterAtOnce(t *testing.T) {
-	nc := natscluster.Start(t, 3, natscluster.Options{})
+func testThreeBrokersOpenOneClusterAtOnce(t *testing.T, nc *natscluster.Cluster) {
 	cs := make([]*cluster.Cluster, 3)
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -48,8 +81,7 @@ func TestThreeBrokersOpenOneClusterAtOnce(t *testing.T) {
 	}
 }
 
-func TestALeaseLapsesWhenItsBrokerStopsRenewingIt(t *testing.T) {
-	nc := natscluster.Start(t, 3, natscluster.Options{})
+func testALeaseLapsesWhenItsBrokerStopsRenewingIt(t *testing.T, nc *natscluster.Cluster) {
 	a, b := open(t, nc, 0, "a"), open(t, nc, 1, "b")
 	ctx := context.Background()
 	la, lb := a.Broker().Leases, b.Broker().Leases
@@ -69,8 +101,7 @@ func TestALeaseLapsesWhenItsBrokerStopsRenewingIt(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "a's lease never lapsed")
 }
 
-func TestARevocationHoldsForEveryBroker(t *testing.T) {
-	nc := natscluster.Start(t, 3, natscluster.Options{})
+func testARevocationHoldsForEveryBroker(t *testing.T, nc *natscluster.Cluster) {
 	a, b := open(t, nc, 0, "a"), open(t, nc, 2, "b")
 	ctx := context.Background()
 	ra, rb := a.Revocations(), b.Revocations()
