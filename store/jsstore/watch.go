@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,11 +27,53 @@ func (s *Store) Registration(ctx context.Context, instance string) (*store.Regis
 }
 
 // regWatch is the watch of the registrations: what it has delivered, so
-// that Sync can wait for it.
+// that Sync can wait for it, and which instances it last told stored.
 type regWatch struct {
+	fn        func(instance string)
 	mu        sync.Mutex
-	delivered uint64        // the stream sequence of the latest delivered
-	moved     chan struct{} // closed and replaced when delivered moves
+	delivered uint64          // the stream sequence of the latest delivered
+	moved     chan struct{}   // closed and replaced when delivered moves
+	stored    map[string]bool // instances whose latest delivery was a registration
+}
+
+// relistEvery is how often a watch compares what it told with the
+// registrations stored (relist).
+const relistEvery = 30 * time.Second
+
+// relist tells fn of every instance whose registration the watch last
+// told stored but the bucket no longer holds, and of every one stored
+// that the watch has not told: the removals a watch misses when its
+// connection was cut for longer than a removal marker lives (the
+// consumer resumes after the marker is gone). Telling an instance more
+// often than needed is harmless: the caller reads what is stored.
+func (s *Store) relist(ctx context.Context, w *regWatch) error {
+	now := map[string]bool{}
+	if err := s.agents.keys(ctx, "r.*", func(key string) error {
+		if instance, err := lastToken(key); err == nil {
+			now[instance] = true
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	var tell []string
+	w.mu.Lock()
+	for instance := range w.stored {
+		if !now[instance] {
+			delete(w.stored, instance)
+			tell = append(tell, instance)
+		}
+	}
+	for instance := range now {
+		if !w.stored[instance] {
+			tell = append(tell, instance)
+		}
+	}
+	w.mu.Unlock()
+	for _, instance := range tell {
+		w.fn(instance)
+	}
+	return nil
 }
 
 // WatchRegistrations calls fn with the instance of every stored
@@ -44,7 +87,7 @@ func (s *Store) WatchRegistrations(ctx context.Context, fn func(instance string)
 		return nil, err
 	}
 	defer s.leave()
-	w := &regWatch{moved: make(chan struct{})}
+	w := &regWatch{fn: fn, moved: make(chan struct{}), stored: map[string]bool{}}
 	cons, err := s.agents.str.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{s.agents.pre + "r.>"},
 		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
@@ -64,7 +107,18 @@ func (s *Store) WatchRegistrations(ctx context.Context, fn func(instance string)
 		if err != nil {
 			return
 		}
-		if instance, err := lastToken(m.Subject()[len(s.agents.pre):]); err == nil {
+		instance, err := lastToken(m.Subject()[len(s.agents.pre):])
+		w.mu.Lock()
+		if err == nil {
+			switch m.Headers().Get(hdrKVOp) {
+			case "DEL", "PURGE":
+				delete(w.stored, instance)
+			default:
+				w.stored[instance] = true
+			}
+		}
+		w.mu.Unlock()
+		if err == nil {
 			fn(instance)
 		}
 		w.mu.Lock()
@@ -88,14 +142,36 @@ func (s *Store) WatchRegistrations(ctx context.Context, fn func(instance string)
 	s.mu.Lock()
 	s.watch = w
 	s.mu.Unlock()
+	done := make(chan struct{})
+	var relisting sync.WaitGroup
+	relisting.Go(func() {
+		t := time.NewTicker(relistEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			rctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			_ = s.relist(rctx, w) // the next round tries again
+			cancel()
+		}
+	})
+	var stopOnce sync.Once
 	return func() {
-		cc.Stop()
-		<-cc.Closed()
+		stopOnce.Do(func() {
+			close(done)
+			relisting.Wait()
+			cc.Stop()
+			<-cc.Closed()
+		})
 	}, nil
 }
 
 // Sync returns once the watch (WatchRegistrations) has delivered every
-// registration change stored before Sync was called.
+// registration change stored before Sync was called, a removal it could
+// not deliver as one (see relist) included.
 func (s *Store) Sync(ctx context.Context) error {
 	if err := s.enter(); err != nil {
 		return err
@@ -128,7 +204,7 @@ func (s *Store) Sync(ctx context.Context) error {
 		done, moved := w.delivered >= last, w.moved
 		w.mu.Unlock()
 		if done {
-			return nil
+			break
 		}
 		select {
 		case <-moved:
@@ -136,4 +212,7 @@ func (s *Store) Sync(ctx context.Context) error {
 			return fmt.Errorf("jsstore: wait for the registrations' watch: %w", ctx.Err())
 		}
 	}
+	// A removal whose marker expired before the watch came to it (its
+	// connection was cut) is in no message: the stored keys tell it.
+	return s.relist(ctx, w)
 }

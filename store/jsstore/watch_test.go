@@ -97,7 +97,7 @@ func (p *cutProxy) mend() {
 // WatchRegistrations promises fn "with the instance of every registration
 // put or deleted", and Sync "once the watch has called fn for every
 // change stored before Sync was called".
-func TestReviewAWatchCutLongerThanARemovalMarkerLivesMissesTheRemoval(t *testing.T) {
+func TestAWatchCutLongerThanARemovalMarkerLivesStillTellsTheRemoval(t *testing.T) {
 	ctx := ctxT(t)
 	nodes := natscluster.Start(t, 3, natscluster.Options{})
 	direct, err := nats.Connect(nodes.URL(0))
