@@ -86,13 +86,14 @@ func (p *cutProxy) mend() {
 }
 
 // A broker's registrations' watch whose connection is cut for a few
-// seconds (its host's network, a node restarted) misses the removal of a
-// registration made meanwhile by another broker: a removal is a marker
-// that lives two seconds (markerTTL), and the watch, resumed after the
-// cut from where it was, finds nothing left of it. Sync then returns as
-// caught up. The broker's copy keeps the agent for ever: its token,
-// deregistered (or its session closed) through another broker, goes on
-// working on this one, and the agent stays in its a2a.agents.list.
+// seconds (its host's network, a node restarted) cannot see the removal
+// of a registration made meanwhile by another broker as a message: a
+// removal is a marker that lives two seconds (markerTTL), and the watch,
+// resumed after the cut from where it was, finds nothing left of it.
+// Sync tells it all the same (it compares what the watch told with the
+// stored keys), so that the broker's copy does not keep the agent: its
+// token, deregistered (or its session closed) through another broker,
+// would go on working on this one.
 //
 // WatchRegistrations promises fn "with the instance of every registration
 // put or deleted", and Sync "once the watch has called fn for every
