@@ -33,6 +33,17 @@ import (
 	"github.com/a2a-bus/a2a-bus/store/jsstore"
 )
 
+// Named errors of Open.
+var (
+	// ErrMismatch: this broker's settings disagree with the cluster's.
+	ErrMismatch = errors.New("cluster: this broker's settings disagree with the cluster's")
+	// ErrNameInUse: a live broker of the cluster has this broker's name.
+	ErrNameInUse = errors.New("cluster: another live broker has this broker's name")
+)
+
+// issuerKey is the key of the callout issuer in the meta bucket.
+const issuerKey = "callout-issuer"
+
 // QueueGroup is the queue group in which the brokers of a cluster take
 // requests (natsbus.Config.QueueGroup): each request is served once, by
 // any of them.
@@ -66,6 +77,11 @@ type Config struct {
 	LeaseTerm time.Duration
 	// Timeout bounds one call's wait for the cluster (jsstore.Config's).
 	Timeout time.Duration
+	// Issuer is the public key of the auth callout's issuer
+	// (natsbus.CalloutIssuer of the seed), "" when the brokers issue no
+	// session credentials. The first broker records it; one with another
+	// is refused, since the servers would refuse what it answers.
+	Issuer string
 }
 
 var validBroker = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -128,9 +144,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
-	c.leases = &leases{kv: leasesKV}
+	c.leases = &leases{kv: leasesKV, nc: nc, run: randomRun()}
 	meta, err := kv("meta", 0)
 	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	if cfg.Issuer != "" {
+		got, err := createOrGet(ctx, meta, issuerKey, cfg.Issuer)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("cluster: the callout issuer: %w", err)
+		}
+		if got != cfg.Issuer {
+			c.Close()
+			return nil, fmt.Errorf("%w: the cluster's brokers answer the auth callout as issuer %s; this broker's seed is %s's", ErrMismatch, got, cfg.Issuer)
+		}
+	}
+	if err := c.leases.claim(ctx, cfg.Broker, cfg.LeaseTerm); err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -139,7 +170,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
-	if c.revs, err = newRevocations(ctx, meta, revKV); err != nil {
+	if c.revs, err = newRevocations(ctx, nc, meta, revKV); err != nil {
 		c.Close()
 		return nil, err
 	}

@@ -41,6 +41,8 @@ func TestOnOneCluster(t *testing.T) {
 		{"ALeaseLapsesWhenItsBrokerStopsRenewingIt", testALeaseLapsesWhenItsBrokerStopsRenewingIt},
 		{"ARevocationHoldsForEveryBroker", testARevocationHoldsForEveryBroker},
 		{"AKeyedSendRetriedOnTwoBrokersMakesOneTask", testAKeyedSendRetriedOnTwoBrokersMakesOneTask},
+		{"ASecondLiveBrokerOfOneNameIsRefused", testASecondLiveBrokerOfOneNameIsRefused},
+		{"ABrokerWithAnotherIssuerIsRefused", testABrokerWithAnotherIssuerIsRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := fmt.Sprintf("t%d", shared.n.Add(1))
@@ -62,7 +64,7 @@ func open(t *testing.T, nc *natscluster.Cluster, i int, name string) *cluster.Cl
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	prefix, _ := prefixes.Load(t)
-	c, err := cluster.Open(ctx, conn, cluster.Config{Broker: name, Prefix: prefix.(string), Replicas: 3, LeaseTerm: time.Second})
+	c, err := cluster.Open(ctx, conn, cluster.Config{Broker: name, Prefix: prefix.(string), Replicas: 3, LeaseTerm: 3 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -91,7 +93,7 @@ func testALeaseLapsesWhenItsBrokerStopsRenewingIt(t *testing.T, nc *natscluster.
 	require.NoError(t, err)
 	require.Equal(t, map[string]bool{"a": true, "b": true}, live, "each sees the other's lease")
 	// b goes on renewing; a stops: a's lease lapses by the cluster's
-	// clock (the term is a second here).
+	// clock (the term is 3 s here).
 	require.Eventually(t, func() bool {
 		if err := lb.Renew(ctx, "b"); err != nil {
 			return false
@@ -141,4 +143,55 @@ func testARevocationHoldsForEveryBroker(t *testing.T, nc *natscluster.Cluster) {
 	other, err := ra.Current(ctx, "chat.2")
 	require.NoError(t, err)
 	require.Equal(t, g, other)
+}
+
+func testASecondLiveBrokerOfOneNameIsRefused(t *testing.T, nc *natscluster.Cluster) {
+	a := open(t, nc, 0, "laptop")
+	require.NoError(t, a.Broker().Leases.Renew(context.Background(), "laptop"))
+	// a goes on renewing, as a live broker does.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				_ = a.Broker().Leases.Renew(context.Background(), "laptop")
+			}
+		}
+	})
+	conn, err := nats.Connect(nc.URL(1))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	prefix, _ := prefixes.Load(t)
+	_, err = cluster.Open(context.Background(), conn, cluster.Config{Broker: "laptop", Prefix: prefix.(string), Replicas: 3, LeaseTerm: 3 * time.Second})
+	close(done)
+	wg.Wait()
+	require.ErrorIs(t, err, cluster.ErrNameInUse)
+
+	// Once a stops renewing, its lease lapses and the name is free: a
+	// broker restarted after a crash waits for it, then starts.
+	b := open(t, nc, 1, "laptop")
+	require.NotNil(t, b)
+}
+
+func testABrokerWithAnotherIssuerIsRefused(t *testing.T, nc *natscluster.Cluster) {
+	conn, err := nats.Connect(nc.URL(0))
+	require.NoError(t, err)
+	t.Cleanup(conn.Close)
+	prefix, _ := prefixes.Load(t)
+	cfg := cluster.Config{Broker: "a", Prefix: prefix.(string), Replicas: 3, Issuer: "ISSUER-ONE"}
+	a, err := cluster.Open(context.Background(), conn, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	cfg.Broker, cfg.Issuer = "b", "ISSUER-TWO"
+	_, err = cluster.Open(context.Background(), conn, cfg)
+	require.ErrorIs(t, err, cluster.ErrMismatch)
+	cfg.Issuer = "ISSUER-ONE"
+	b, err := cluster.Open(context.Background(), conn, cfg)
+	require.NoError(t, err)
+	b.Close()
 }

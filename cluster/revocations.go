@@ -5,10 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/a2a-bus/a2a-bus/natsbus"
@@ -21,6 +24,7 @@ import (
 // session at once both end the generation they read or retry.
 type revocations struct {
 	kv   jetstream.KeyValue
+	nc   *nats.Conn
 	base uint64
 }
 
@@ -29,7 +33,7 @@ var _ natsbus.Revocations = (*revocations)(nil)
 // baseKey is the key of the base generation in the meta bucket.
 const baseKey = "revocation-base"
 
-func newRevocations(ctx context.Context, meta, kv jetstream.KeyValue) (*revocations, error) {
+func newRevocations(ctx context.Context, nc *nats.Conn, meta, kv jetstream.KeyValue) (*revocations, error) {
 	fresh := strconv.FormatUint(randomGeneration(), 10)
 	v, err := createOrGet(ctx, meta, baseKey, fresh)
 	if err != nil {
@@ -39,7 +43,7 @@ func newRevocations(ctx context.Context, meta, kv jetstream.KeyValue) (*revocati
 	if err != nil {
 		return nil, fmt.Errorf("cluster: the credentials' base generation %q: %w", v, err)
 	}
-	return &revocations{kv: kv, base: base}, nil
+	return &revocations{kv: kv, nc: nc, base: base}, nil
 }
 
 // sessionKey is a session's key: KV keys allow fewer characters than
@@ -56,19 +60,82 @@ func (r *revocations) Current(ctx context.Context, session string) (uint64, erro
 
 // read returns the session's generation and the revision it was read at
 // (0: never revoked).
+//
+// It reads from the stream's leader, not through a direct get (which a
+// replica that is behind may answer): a credential revoked a moment ago
+// is refused by every broker.
 func (r *revocations) read(ctx context.Context, session string) (uint64, uint64, error) {
-	e, err := r.kv.Get(ctx, sessionKey(session))
+	val, rev, err := leaderGet(ctx, r.nc, "KV_"+r.kv.Bucket(), "$KV."+r.kv.Bucket()+"."+sessionKey(session))
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return r.base, 0, nil
 	case err != nil:
 		return 0, 0, fmt.Errorf("cluster: read the session's credential generation: %w", err)
+	case val == nil:
+		return r.base, rev, nil
 	}
-	g, err := strconv.ParseUint(string(e.Value()), 10, 64)
+	g, err := strconv.ParseUint(string(val), 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("cluster: the session's credential generation %q: %w", e.Value(), err)
+		return 0, 0, fmt.Errorf("cluster: the session's credential generation %q: %w", val, err)
 	}
-	return g, e.Revision(), nil
+	return g, rev, nil
+}
+
+// leaderGet reads the last message on subject from stream's leader:
+// its data and sequence; nil data when there is none or it is a KV
+// delete or purge marker (then rev is the marker's, 0 when none).
+//
+// A request unanswered (a stream just made, whose leader is being
+// elected; a leader that changed) is sent again, each try bounded, until
+// ctx ends.
+func leaderGet(ctx context.Context, nc *nats.Conn, stream, subject string) ([]byte, uint64, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
+	var m *nats.Msg
+	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		var err error
+		m, err = nc.RequestWithContext(actx, "$JS.API.STREAM.MSG.GET."+stream, req)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, 0, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message struct {
+			Seq  uint64 `json:"seq"`
+			Data []byte `json:"data"`
+			Hdrs []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("a message get answer does not decode: %w", err)
+	}
+	if resp.Error != nil {
+		if resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+			return nil, 0, nil
+		}
+		return nil, 0, resp.Error
+	}
+	if len(resp.Message.Hdrs) > 0 {
+		if h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs); err == nil {
+			if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+				return nil, resp.Message.Seq, nil
+			}
+		}
+	}
+	if resp.Message.Data == nil {
+		resp.Message.Data = []byte{}
+	}
+	return resp.Message.Data, resp.Message.Seq, nil
 }
 
 // Revoke implements natsbus.Revocations.

@@ -111,6 +111,18 @@ func (c CalloutConfig) validate(external bool) []error {
 	return errs
 }
 
+// CalloutIssuer returns the public key of an issuer seed (Callout.Seed):
+// what every server's auth_callout names as its issuer, and what the
+// brokers of one cluster must agree on.
+func CalloutIssuer(seed string) (string, error) {
+	kp, err := issuerKey(seed)
+	if err != nil {
+		return "", err
+	}
+	defer kp.Wipe()
+	return kp.PublicKey()
+}
+
 // issuerKey reads an issuer seed: an account's.
 func issuerKey(seed string) (nkeys.KeyPair, error) {
 	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(seed)))

@@ -62,9 +62,10 @@ func readSeed(path string) (string, error) {
 const clusterStartBound = 30 * time.Second
 
 // openCluster connects to the --nats-url cluster for the broker's state
-// and opens it. The connection is the cluster's own, beside the bus's:
+// and opens it, with issuer the callout issuer's public key ("" without
+// --nats-callout-seed). The connection is the cluster's own, beside the bus's:
 // it reconnects for as long as the broker runs, and closes with it.
-func openCluster(ctx context.Context, o serveOptions, log *slog.Logger) (*sharedState, error) {
+func openCluster(ctx context.Context, o serveOptions, issuer string, log *slog.Logger) (*sharedState, error) {
 	opts := []nats.Option{nats.Name("a2a-bus state " + o.brokerName), nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -81,7 +82,7 @@ func openCluster(ctx context.Context, o serveOptions, log *slog.Logger) (*shared
 	}
 	octx, cancel := context.WithTimeout(ctx, clusterStartBound)
 	defer cancel()
-	c, err := cluster.Open(octx, nc, cluster.Config{Broker: o.brokerName, Replicas: o.replicas, Window: o.replayWindow})
+	c, err := cluster.Open(octx, nc, cluster.Config{Broker: o.brokerName, Replicas: o.replicas, Window: o.replayWindow, Issuer: issuer})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("--state=jetstream: %w", err)

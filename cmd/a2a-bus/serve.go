@@ -392,7 +392,13 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		shared *sharedState
 	)
 	if o.state == "jetstream" {
-		if shared, err = openCluster(ctx, o, log); err != nil {
+		issuer := ""
+		if busCfg.Callout.Seed != "" {
+			if issuer, err = natsbus.CalloutIssuer(busCfg.Callout.Seed); err != nil {
+				return fmt.Errorf("--nats-callout-seed: %w", err)
+			}
+		}
+		if shared, err = openCluster(ctx, o, issuer, log); err != nil {
 			return err
 		}
 		defer shared.Close()
