@@ -1,0 +1,74 @@
+package broker_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+// racingRegistry is one broker's view of a fakeCluster in which another
+// broker's registration lands between this broker's check of an instance
+// and its store: hook runs once, as this broker claims a name, which a
+// registration does after it has checked the instance and before it
+// stores it.
+type racingRegistry struct {
+	*fakeCluster
+	once sync.Once
+	hook func()
+}
+
+func (r *racingRegistry) ClaimName(ctx context.Context, id, instance string) error {
+	r.once.Do(r.hook)
+	return r.fakeCluster.ClaimName(ctx, id, instance)
+}
+
+func (c *fakeCluster) racingBroker(t *testing.T, id string, r *racingRegistry) *env {
+	t.Helper()
+	cfg := broker.Config{Store: c}
+	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: r, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+		c.mu.Lock()
+		c.buses = append(c.buses, b)
+		c.mu.Unlock()
+		return b
+	})
+}
+
+// One instance registers in two sessions at once, through two brokers.
+// PROTOCOL §4.1: an instance live in another session is -32602, and a
+// registration is answered only once it is stored. Of the two, one must
+// be refused; the cluster's registration is written without a
+// compare-and-set, so both are acknowledged and the later store silently
+// replaces the earlier one (whose token then stops working): the other
+// session has taken the instance over.
+func TestReviewAnInstanceRegisteredInTwoSessionsAtOnceIsRefusedOnce(t *testing.T) {
+	c := newFakeCluster()
+	b1 := c.broker(t, "b1")
+	r := &racingRegistry{fakeCluster: c}
+	b2 := c.racingBroker(t, "b2", r)
+	var alice *agent
+	var aliceErr error
+	r.hook = func() { alice, aliceErr = b1.tryRegister("s1", "alice", "shared-instance") }
+	_, malloryErr := b2.tryRegister("s2", "mallory", "shared-instance")
+	require.NotErrorIs(t, aliceErr, errTransport)
+	require.NotErrorIs(t, malloryErr, errTransport)
+
+	assert.False(t, aliceErr == nil && malloryErr == nil,
+		"both registrations of one instance, in sessions s1 and s2, were acknowledged")
+	if aliceErr == nil {
+		reg, err := c.Registration(context.Background(), "shared-instance")
+		require.NoError(t, err)
+		assert.Equal(t, "s1", reg.Session, "alice's acknowledged registration was replaced by another session's")
+		_, err = alice.tryCall(wire.MethodListAgents, nil)
+		assert.NoError(t, err, "alice's token, acknowledged, no longer works")
+	}
+}
