@@ -2,7 +2,10 @@ package broker_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,4 +104,80 @@ func TestReviewClosingASessionDeregistersItsAgentRegisteredElsewhereAMomentAgo(t
 	_, err = c.Registration(context.Background(), helper.instance)
 	assert.ErrorIs(t, err, store.ErrNotFound, "the closed session's agent is still registered in the cluster")
 	requireCode(t, helper.tryDeregister(), wire.ErrUnauthorized)
+}
+
+// readHook is one broker's view of a fakeCluster that runs hook once,
+// once armed, right after this broker has read instance's registration:
+// the moment between a take-over's read and its write.
+type readHook struct {
+	*fakeCluster
+	instance string
+	armed    atomic.Bool
+	once     sync.Once
+	hook     func()
+	fired    chan struct{}
+}
+
+func (r *readHook) Registration(ctx context.Context, instance string) (*store.Registration, error) {
+	reg, err := r.fakeCluster.Registration(ctx, instance)
+	if r.armed.Load() && instance == r.instance {
+		r.once.Do(func() {
+			r.hook()
+			close(r.fired)
+		})
+	}
+	return reg, err
+}
+
+// An agent of a lapsed broker calls another broker, which takes it over
+// (PROTOCOL §13); meanwhile the agent registers again, by its instance id,
+// through a third broker, which answers with a new token. The take-over
+// writes the registration it read before, without a compare-and-set: the
+// acknowledged registration is replaced by the old one, so the new token
+// stops working and the old one, which its runtime dropped, works again.
+// releaseLapsed (a read, then a delete without a compare-and-set) loses a
+// take-over or a registration made between its read and its delete the
+// same way.
+func TestReviewATakeOverNeverUndoesARegistrationMadeMeanwhile(t *testing.T) {
+	c := newFakeCluster()
+	cfg := broker.Config{OrphanTimeout: time.Hour}
+	b1 := c.brokerWith(t, "b1", cfg)
+	hooked := &readHook{fakeCluster: c, instance: "alice-instance", fired: make(chan struct{})}
+	cfg2 := cfg
+	cfg2.Store = c
+	cfg2.Cluster = &broker.Cluster{Broker: "b2", Epoch: "cluster-epoch", Registry: hooked, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	b2 := newEnvWrapped(t, cfg2, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+		c.mu.Lock()
+		c.buses = append(c.buses, b)
+		c.mu.Unlock()
+		return b
+	})
+	b3 := c.brokerWith(t, "b3", cfg)
+	alice := b1.registerInstance("s1", "alice", "alice-instance")
+	seen(t, b3.register("s9", "watcher"), "alice")
+
+	var again *agent
+	var againErr error
+	hooked.hook = func() { again, againErr = b3.tryRegister("s1", "alice", "alice-instance") }
+	require.NoError(t, b1.broker.Close())
+	c.lapse("b1")
+	hooked.armed.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
+	for fired := false; !fired; {
+		require.True(t, time.Now().Before(deadline), "b2 never took alice over")
+		_, _ = alice.on(b2).tryCall(wire.MethodListAgents, nil) // b2 takes her over once it sees b1 lapsed
+		select {
+		case <-hooked.fired:
+			fired = true
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	require.NoError(t, againErr)
+	require.NoError(t, b2.broker.Close()) // waits for the take-over to end
+
+	reg, err := c.Registration(context.Background(), "alice-instance")
+	require.NoError(t, err)
+	sum := sha256.Sum256([]byte(again.token))
+	assert.Equal(t, hex.EncodeToString(sum[:]), reg.TokenHash,
+		"the registration acknowledged through b3 was replaced by b2's take-over of the one before it")
 }
