@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -180,4 +181,50 @@ func TestReviewATakeOverNeverUndoesARegistrationMadeMeanwhile(t *testing.T) {
 	sum := sha256.Sum256([]byte(again.token))
 	assert.Equal(t, hex.EncodeToString(sum[:]), reg.TokenHash,
 		"the registration acknowledged through b3 was replaced by b2's take-over of the one before it")
+}
+
+// failingUpdates is a fakeCluster whose task updates fail: the cluster's
+// task stream out of reach, or the broker killed, after a registration
+// was deleted and before its tasks were closed.
+type failingUpdates struct{ *fakeCluster }
+
+func (failingUpdates) Update(context.Context, string, func(*store.Record) error) (*store.Record, error) {
+	return nil, errors.New("the cluster's task stream is out of reach")
+}
+
+// A broker lets a lapsed broker's agents go: registrations deleted, then
+// names freed, then tasks closed. PROTOCOL §13: "Every broker that sees
+// it does the same; each step is one the next finds done." When the
+// tasks cannot be closed (the broker dies, or the task stream is out of
+// reach, after the delete), no broker ever closes them: each finds the
+// registration gone and stops there, and no orphan sweep runs at a
+// cluster broker's start. The task stays open for ever, and counts
+// against its requester's session's --max-tasks-per-context.
+func TestReviewTheTasksOfALapsedBrokersAgentsAreClosedEvenIfTheFirstReleaseStoppedHalfway(t *testing.T) {
+	c := newFakeCluster()
+	cfg := broker.Config{OrphanTimeout: 100 * time.Millisecond}
+	b1 := c.brokerWith(t, "b1", cfg)
+	alice := b1.register("s1", "alice")
+	bob := b1.register("s2", "bob")
+	task := bob.mustSend("alice", "work")
+
+	cfg2 := cfg
+	cfg2.Store = failingUpdates{c}
+	cfg2.Cluster = &broker.Cluster{Broker: "b2", Epoch: "cluster-epoch", Registry: c, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	b2 := newEnvWrapped(t, cfg2, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus { return b })
+	require.NoError(t, b1.broker.Close())
+	c.lapse("b1")
+	require.Eventually(t, func() bool {
+		_, errA := c.Registration(context.Background(), alice.instance)
+		_, errB := c.Registration(context.Background(), bob.instance)
+		return errors.Is(errA, store.ErrNotFound) && errors.Is(errB, store.ErrNotFound)
+	}, 10*time.Second, 5*time.Millisecond, "b2 never let b1's agents go")
+	require.NoError(t, b2.broker.Close())
+	c.lapse("b2")
+
+	c.brokerWith(t, "b3", cfg)
+	require.Eventually(t, func() bool {
+		rec, err := c.Get(context.Background(), task.ID)
+		return err == nil && rec.Task.Status.State.Terminal()
+	}, 10*time.Second, 10*time.Millisecond, "the task of two agents let go stays open for ever")
 }
