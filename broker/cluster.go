@@ -146,6 +146,10 @@ func (b *Broker) startMirror(ctx context.Context) error {
 type mirrorState struct {
 	mu      sync.Mutex
 	pending map[string]bool
+	// waiting holds, by instance, the instances whose registrations wait
+	// to be copied because it holds their agentId here: each is brought
+	// in line again once that one has been.
+	waiting map[string]map[string]bool
 	wake    chan struct{}
 	stop    func()    // ends the watch
 	once    sync.Once // of stop, at Close
@@ -178,6 +182,37 @@ func (m *mirrorState) take() []string {
 	return out
 }
 
+// wait notes that instance waits for holder to be brought in line.
+func (m *mirrorState) wait(holder, instance string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waiting == nil {
+		m.waiting = map[string]map[string]bool{}
+	}
+	if m.waiting[holder] == nil {
+		m.waiting[holder] = map[string]bool{}
+	}
+	m.waiting[holder][instance] = true
+}
+
+// unblock marks the instances that waited for holder as pending again,
+// and wakes the goroutine that brings them in line.
+func (m *mirrorState) unblock(holder string) {
+	m.mu.Lock()
+	waiting := m.waiting[holder]
+	delete(m.waiting, holder)
+	if len(waiting) > 0 && m.pending == nil {
+		m.pending = map[string]bool{}
+	}
+	for instance := range waiting {
+		m.pending[instance] = true
+	}
+	m.mu.Unlock()
+	if len(waiting) > 0 {
+		m.signal()
+	}
+}
+
 // mirror brings instance in line with the cluster. It reports false,
 // logging why, when the cluster could not be read: the caller tries
 // again later.
@@ -203,6 +238,25 @@ func (b *Broker) reconcile(ctx context.Context, instance string) error {
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
+	return b.align(ctx, instance, cur)
+}
+
+// align makes the registry's entry of instance cur, the cluster's
+// registration of it as read under the instance's lock, which the caller
+// holds (nil: there is none). The caller holds no agent: a copy the
+// cluster has moved on from is revoked, which waits for its holds.
+//
+// An agentId is one instance's: cur is not copied while another
+// instance holds its agentId here. When that one's copy is stale (its
+// departure or new name not copied yet), it is brought in line, and cur
+// after it. When the cluster holds that agentId for both (which it
+// never should), cur waits, logged, until that one is gone: not read
+// again and again meanwhile.
+func (b *Broker) align(ctx context.Context, instance string, cur *store.Registration) error {
+	m := &b.mirrorState
+	// Whatever becomes of instance's entry, those that waited for it are
+	// judged again.
+	defer m.unblock(instance)
 	r := &b.reg
 	r.mu.RLock()
 	local := r.byInstance[instance]
@@ -224,31 +278,38 @@ func (b *Broker) reconcile(ctx context.Context, instance string) error {
 			card: cur.Card, hidden: b.hiddenSession(cur.Session), broker: cur.Broker}
 		copy(fresh.tokenHash[:], h)
 	}
-	if fresh != nil {
-		r.mu.RLock()
-		other := r.byID[fresh.id]
-		r.mu.RUnlock()
-		if other != nil && other.instance != instance {
-			// The name was another instance's here, and the cluster has
-			// moved it on: that one's departure has not been copied yet.
-			// Both are brought in line again, that one first.
-			b.mirrorState.note(other.instance)
-			b.mirrorState.note(instance)
-			b.mirrorState.signal()
-			return nil
-		}
-	}
 	if local != nil {
 		local.revoke()
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if local != nil {
 		r.remove(local)
 	}
+	var other *agent
 	if fresh != nil {
-		r.add(fresh)
+		if other = r.byID[fresh.id]; other == nil {
+			r.add(fresh)
+		}
 	}
+	r.mu.Unlock()
+	if other == nil {
+		return nil
+	}
+	// Noted before other's registration is read: a change of it stored
+	// after this read is brought in line after this note, and wakes
+	// instance.
+	m.wait(other.instance, instance)
+	held, err := b.cfg.Cluster.Registry.Registration(ctx, other.instance)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if held != nil && held.AgentID == fresh.id {
+		b.log.Error("the cluster holds one agentId for two instances: the second is not copied until the first is gone",
+			"agentId", fresh.id, "instanceId", other.instance, "waiting", instance)
+		return nil
+	}
+	m.note(other.instance)
+	m.signal()
 	return nil
 }
 

@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -237,6 +239,37 @@ func (c *fakeCluster) brokerWith(t *testing.T, id string, cfg broker.Config) *en
 		c.mu.Unlock()
 		return b
 	})
+}
+
+// brokerOn starts a broker of c that reaches the cluster's registry
+// through reg (a view of c that a test steers) and its store through st
+// (c when nil).
+func (c *fakeCluster) brokerOn(t *testing.T, id string, cfg broker.Config, reg broker.SharedRegistry, st store.Store) *env {
+	t.Helper()
+	cfg.Store = st
+	if st == nil {
+		cfg.Store = c
+	}
+	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: reg, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+		c.mu.Lock()
+		c.buses = append(c.buses, b)
+		c.mu.Unlock()
+		return b
+	})
+}
+
+// nameHolder is the instance that holds agentID in the cluster ("" for
+// none).
+func (c *fakeCluster) nameHolder(agentID string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.names[agentID]
+}
+
+func tokenHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
 }
 
 // on returns a as its runtime would be if its requests went to e's

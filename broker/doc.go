@@ -45,7 +45,9 @@
 //     the caller's goroutine with none of them held, and takes no lock.
 //  5. Leaves, under which nothing is taken, no store is called, and the
 //     bus is not called: the registry (registry.mu), the event log's
-//     map (eventLog.mu), a session's log (sessionLog.mu), the task ids
+//     map (eventLog.mu), a session's log (sessionLog.mu), the
+//     instances the cluster's watch left to bring in line
+//     (mirrorState.mu), the task ids
 //     (taskIDs.mu), the push windows (pushWindow.mu, then, let go first,
 //     pushKeys.mu), and the loggers'.
 //
