@@ -43,6 +43,12 @@ type fakeCluster struct {
 	syncHold func()               // holds the first Sync
 	renewed  map[string]time.Time // broker -> last renewal
 	stopped  map[string]bool      // brokers whose renewals are ignored
+
+	// The registrations' revisions, numbered as a stream numbers its
+	// messages: regMu makes each compare-and-set one step.
+	regMu  sync.Mutex
+	regSeq uint64
+	revs   map[string]uint64 // instance -> its registration's revision
 }
 
 // leaseTerm is how long a fake lease holds after its renewal.
@@ -84,7 +90,7 @@ type fakeLog struct {
 
 func newFakeCluster() *fakeCluster {
 	return &fakeCluster{Store: store.NewMemory(), names: map[string]string{}, watchers: map[int]func(string){}, logs: map[string]*fakeLog{},
-		renewed: map[string]time.Time{}, stopped: map[string]bool{}}
+		renewed: map[string]time.Time{}, stopped: map[string]bool{}, revs: map[string]uint64{}}
 }
 
 func (c *fakeCluster) notify(instance string) {
@@ -100,17 +106,61 @@ func (c *fakeCluster) notify(instance string) {
 }
 
 func (c *fakeCluster) PutRegistration(ctx context.Context, reg store.Registration) error {
+	c.regMu.Lock()
+	rev := c.revs[reg.Instance]
+	c.regMu.Unlock()
+	return c.PutRegistrationAt(ctx, reg, rev)
+}
+
+func (c *fakeCluster) DeleteRegistration(ctx context.Context, instance string) error {
+	c.regMu.Lock()
+	rev := c.revs[instance]
+	c.regMu.Unlock()
+	if rev == 0 {
+		return nil
+	}
+	return c.DeleteRegistrationAt(ctx, instance, rev)
+}
+
+func (c *fakeCluster) RegistrationRev(ctx context.Context, instance string) (*store.Registration, uint64, error) {
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	reg, err := c.Registration(ctx, instance)
+	if err != nil {
+		return nil, 0, err
+	}
+	return reg, c.revs[instance], nil
+}
+
+func (c *fakeCluster) PutRegistrationAt(ctx context.Context, reg store.Registration, rev uint64) error {
+	c.regMu.Lock()
+	if c.revs[reg.Instance] != rev {
+		c.regMu.Unlock()
+		return store.ErrChanged
+	}
 	if err := c.Store.PutRegistration(ctx, reg); err != nil {
+		c.regMu.Unlock()
 		return err
 	}
+	c.regSeq++
+	c.revs[reg.Instance] = c.regSeq
+	c.regMu.Unlock()
 	c.notify(reg.Instance)
 	return nil
 }
 
-func (c *fakeCluster) DeleteRegistration(ctx context.Context, instance string) error {
+func (c *fakeCluster) DeleteRegistrationAt(ctx context.Context, instance string, rev uint64) error {
+	c.regMu.Lock()
+	if c.revs[instance] != rev {
+		c.regMu.Unlock()
+		return store.ErrChanged
+	}
 	if err := c.Store.DeleteRegistration(ctx, instance); err != nil {
+		c.regMu.Unlock()
 		return err
 	}
+	delete(c.revs, instance)
+	c.regMu.Unlock()
 	c.notify(instance)
 	return nil
 }

@@ -45,6 +45,11 @@ func (r *countingReads) Registration(ctx context.Context, instance string) (*sto
 	return r.fakeCluster.Registration(ctx, instance)
 }
 
+func (r *countingReads) RegistrationRev(ctx context.Context, instance string) (*store.Registration, uint64, error) {
+	r.count(instance)
+	return r.fakeCluster.RegistrationRev(ctx, instance)
+}
+
 // plant stores a registration as another broker would have, its token
 // hashed from token.
 func (c *fakeCluster) plant(t *testing.T, instance, session, id, token string) {

@@ -22,7 +22,11 @@
 // another.
 //
 //  1. An instance's lock (Broker.instances, lockInstance): a
-//     registration, a departure, the release of a held registration.
+//     registration, a departure, the release of a held registration;
+//     in a cluster, also the copy of the instance's registration
+//     brought in line (reconcile), a take-over and the release of a
+//     lapsed broker's agent, each of which reads the registration under
+//     it and writes only at the revision read.
 //     Or a send's key lock (Broker.sendLocks, lockSend): a keyed send,
 //     from before it looks its key up until it has made its task or
 //     pushed. One at a time, and never both: no path holds one and
