@@ -155,6 +155,12 @@ func (b *Broker) closeSession(revoker transport.SessionRevoker) func(context.Con
 		}
 		res := wire.SessionCloseResult{Deregistered: []string{}}
 		if !p.KeepAgents {
+			if b.clustered() {
+				// The session's agents are the cluster's as of the call:
+				// one registered through another broker a moment ago
+				// too. No agent is held: a catch-up may revoke copies.
+				b.catchUp()
+			}
 			b.reg.mu.RLock()
 			agents := slices.Collect(maps.Values(b.reg.bySession[p.ContextID]))
 			b.reg.mu.RUnlock()

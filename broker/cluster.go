@@ -29,7 +29,8 @@ type Cluster struct {
 	// as the cluster's state lives, so that a runtime whose requests move
 	// from one broker to another replays without a gap.
 	Epoch string
-	// Registry claims names and reads and watches the registrations.
+	// Registry claims names, and reads, writes and watches the
+	// registrations.
 	Registry SharedRegistry
 	// Events numbers and keeps each session's notifications.
 	Events SharedEvents
@@ -43,9 +44,12 @@ type Cluster struct {
 	LeaseEvery time.Duration
 }
 
-// SharedRegistry is the cluster's registry: the registrations themselves
-// are written through the broker's store (store.Registry); a name is
-// claimed here first, so that no two agents of the cluster hold it.
+// SharedRegistry is the cluster's registry: a name is claimed here
+// first, so that no two agents of the cluster hold it; a registration is
+// written here, only as it was read: the broker reads an instance's
+// registration under the instance's lock, judges on it, and writes at
+// its revision, so that what another broker wrote meanwhile is never
+// undone unseen (on store.ErrChanged it reads again and judges again).
 type SharedRegistry interface {
 	// ClaimName takes agentID for instance: store.ErrNameTaken when
 	// another instance holds it. A name instance holds already is no
@@ -58,6 +62,18 @@ type SharedRegistry interface {
 	// store.ErrNotFound, as of a moment after the call began (not a
 	// lagging copy).
 	Registration(ctx context.Context, instance string) (*store.Registration, error)
+	// RegistrationRev is Registration with the registration's revision,
+	// which PutRegistrationAt and DeleteRegistrationAt take: 0 with
+	// store.ErrNotFound.
+	RegistrationRev(ctx context.Context, instance string) (*store.Registration, uint64, error)
+	// PutRegistrationAt stores reg if the registration of its instance is
+	// still the one of revision rev, or, for rev 0, if there is none;
+	// else it stores nothing and returns store.ErrChanged.
+	PutRegistrationAt(ctx context.Context, reg store.Registration, rev uint64) error
+	// DeleteRegistrationAt removes the registration of instance if it is
+	// still the one of revision rev; else it removes nothing and returns
+	// store.ErrChanged.
+	DeleteRegistrationAt(ctx context.Context, instance string, rev uint64) error
 	// WatchRegistrations calls fn with the instance of every stored
 	// registration, then returns; then, on a goroutine of its own until
 	// stop, with the instance of every registration put or deleted, in
@@ -146,6 +162,10 @@ func (b *Broker) startMirror(ctx context.Context) error {
 type mirrorState struct {
 	mu      sync.Mutex
 	pending map[string]bool
+	// waiting holds, by instance, the instances whose registrations wait
+	// to be copied because it holds their agentId here: each is brought
+	// in line again once that one has been.
+	waiting map[string]map[string]bool
 	wake    chan struct{}
 	stop    func()    // ends the watch
 	once    sync.Once // of stop, at Close
@@ -178,6 +198,37 @@ func (m *mirrorState) take() []string {
 	return out
 }
 
+// wait notes that instance waits for holder to be brought in line.
+func (m *mirrorState) wait(holder, instance string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.waiting == nil {
+		m.waiting = map[string]map[string]bool{}
+	}
+	if m.waiting[holder] == nil {
+		m.waiting[holder] = map[string]bool{}
+	}
+	m.waiting[holder][instance] = true
+}
+
+// unblock marks the instances that waited for holder as pending again,
+// and wakes the goroutine that brings them in line.
+func (m *mirrorState) unblock(holder string) {
+	m.mu.Lock()
+	waiting := m.waiting[holder]
+	delete(m.waiting, holder)
+	if len(waiting) > 0 && m.pending == nil {
+		m.pending = map[string]bool{}
+	}
+	for instance := range waiting {
+		m.pending[instance] = true
+	}
+	m.mu.Unlock()
+	if len(waiting) > 0 {
+		m.signal()
+	}
+}
+
 // mirror brings instance in line with the cluster. It reports false,
 // logging why, when the cluster could not be read: the caller tries
 // again later.
@@ -203,6 +254,25 @@ func (b *Broker) reconcile(ctx context.Context, instance string) error {
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
+	return b.align(ctx, instance, cur)
+}
+
+// align makes the registry's entry of instance cur, the cluster's
+// registration of it as read under the instance's lock, which the caller
+// holds (nil: there is none). The caller holds no agent: a copy the
+// cluster has moved on from is revoked, which waits for its holds.
+//
+// An agentId is one instance's: cur is not copied while another
+// instance holds its agentId here. When that one's copy is stale (its
+// departure or new name not copied yet), it is brought in line, and cur
+// after it. When the cluster holds that agentId for both (which it
+// never should), cur waits, logged, until that one is gone: not read
+// again and again meanwhile.
+func (b *Broker) align(ctx context.Context, instance string, cur *store.Registration) error {
+	m := &b.mirrorState
+	// Whatever becomes of instance's entry, those that waited for it are
+	// judged again.
+	defer m.unblock(instance)
 	r := &b.reg
 	r.mu.RLock()
 	local := r.byInstance[instance]
@@ -224,31 +294,38 @@ func (b *Broker) reconcile(ctx context.Context, instance string) error {
 			card: cur.Card, hidden: b.hiddenSession(cur.Session), broker: cur.Broker}
 		copy(fresh.tokenHash[:], h)
 	}
-	if fresh != nil {
-		r.mu.RLock()
-		other := r.byID[fresh.id]
-		r.mu.RUnlock()
-		if other != nil && other.instance != instance {
-			// The name was another instance's here, and the cluster has
-			// moved it on: that one's departure has not been copied yet.
-			// Both are brought in line again, that one first.
-			b.mirrorState.note(other.instance)
-			b.mirrorState.note(instance)
-			b.mirrorState.signal()
-			return nil
-		}
-	}
 	if local != nil {
 		local.revoke()
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if local != nil {
 		r.remove(local)
 	}
+	var other *agent
 	if fresh != nil {
-		r.add(fresh)
+		if other = r.byID[fresh.id]; other == nil {
+			r.add(fresh)
+		}
 	}
+	r.mu.Unlock()
+	if other == nil {
+		return nil
+	}
+	// Noted before other's registration is read: a change of it stored
+	// after this read is brought in line after this note, and wakes
+	// instance.
+	m.wait(other.instance, instance)
+	held, err := b.cfg.Cluster.Registry.Registration(ctx, other.instance)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	if held != nil && held.AgentID == fresh.id {
+		b.log.Error("the cluster holds one agentId for two instances: the second is not copied until the first is gone",
+			"agentId", fresh.id, "instanceId", other.instance, "waiting", instance)
+		return nil
+	}
+	m.note(other.instance)
+	m.signal()
 	return nil
 }
 
@@ -311,6 +388,55 @@ func (b *Broker) releaseName(ctx context.Context, id, instance string) {
 	if err := b.cfg.Cluster.Registry.ReleaseName(ctx, id, instance); err != nil {
 		b.log.Error("a departed agent's name could not be let go in the cluster; it stays taken", "agentId", id, "error", err)
 	}
+}
+
+// releaseUnused lets the cluster's claim of id by instance go unless the
+// instance's registration uses it: a name claimed for a registration
+// that was not stored, or the name of one deleted, which a registration
+// of the instance stored through another broker meanwhile may use
+// (claims are by instance). A name that cannot be checked stays taken.
+func (b *Broker) releaseUnused(ctx context.Context, id, instance string) {
+	cur, err := b.cfg.Cluster.Registry.Registration(ctx, instance)
+	switch {
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		b.log.Error("a name could not be checked against its instance's registration; it stays taken in the cluster", "agentId", id, "error", err)
+	case cur == nil || cur.AgentID != id:
+		b.releaseName(ctx, id, instance)
+	}
+}
+
+// deleteOwn deletes a's registration from the cluster at rev, reading it
+// again while another broker changes it first (a take-over keeps a's
+// token). It reports false, deleting nothing, once the stored
+// registration is no longer a's: replaced, or deleted, meanwhile. The
+// caller holds the instance's lock.
+func (b *Broker) deleteOwn(ctx context.Context, a *agent, rev uint64) (bool, error) {
+	for try := 1; ; try++ {
+		err := b.cfg.Cluster.Registry.DeleteRegistrationAt(ctx, a.instance, rev)
+		if !errors.Is(err, store.ErrChanged) {
+			return err == nil, err
+		}
+		if try == maxRegisterTries {
+			return false, fmt.Errorf("broker: the registration of %q kept changing: %w", a.instance, err)
+		}
+		var cur *store.Registration
+		cur, rev, err = b.cfg.Cluster.Registry.RegistrationRev(ctx, a.instance)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return false, nil
+		case err != nil:
+			return false, err
+		case cur.TokenHash != tokenHashHex(a.tokenHash):
+			return false, nil
+		}
+	}
+}
+
+// landed reports whether a's registration is stored, after a write of
+// it failed in a way that leaves that unknown (its answer lost).
+func (b *Broker) landed(ctx context.Context, a *agent) bool {
+	cur, err := b.cfg.Cluster.Registry.Registration(context.WithoutCancel(ctx), a.instance)
+	return err == nil && cur.TokenHash == tokenHashHex(a.tokenHash)
 }
 
 // appendShared numbers, encodes and keeps one notification in the
@@ -471,44 +597,109 @@ func (b *Broker) sweepLapsed(lapsed map[string]time.Time) {
 }
 
 // releaseLapsed lets go of a, an agent of a broker whose lease lapsed,
-// unless another broker has taken it over since.
+// unless another broker has taken it over since: its open tasks are
+// closed and its name freed, then its registration is deleted, last, at
+// the revision read before, so that a release cut short (the broker
+// dies, or the store fails it) leaves the registration, and is done
+// again by the next broker that sees it; each step is one the next
+// finds done. A registration changed meanwhile (taken over, registered
+// again) is kept, with its name.
 func (b *Broker) releaseLapsed(a *agent) {
 	unlock := b.lockInstance(a.instance)
 	defer unlock()
 	ctx := b.ctx
-	cur, err := b.cfg.Cluster.Registry.Registration(ctx, a.instance)
+	b.reg.mu.RLock()
+	from := a.broker
+	b.reg.mu.RUnlock()
+	cur, rev, err := b.cfg.Cluster.Registry.RegistrationRev(ctx, a.instance)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return // gone already; the watch tells this broker's copy
 	case err != nil:
 		b.log.Warn("reading an orphaned agent's registration failed; trying again later", "agentId", a.id, "error", err)
 		return
-	case cur.Broker != a.broker || cur.TokenHash != tokenHashHex(a.tokenHash):
+	case cur.Broker != from || cur.TokenHash != tokenHashHex(a.tokenHash):
 		return // taken over, or registered again
 	}
-	if err := b.store.DeleteRegistration(ctx, a.instance); err != nil {
-		b.log.Warn("deleting an orphaned agent's registration failed; trying again later", "agentId", a.id, "error", err)
+	// This broker's copy goes first, as at a departure: what its
+	// requests do as a is done before a's tasks are closed. Its name is
+	// given to no one here until the registration is gone.
+	if !a.revoke() {
 		return
 	}
-	b.log.Info("agent of a lapsed broker let go", "agentId", a.id, "contextId", a.session, "broker", a.broker)
-	if a.revoke() {
-		b.reg.mu.Lock()
-		b.reg.remove(a)
-		b.reg.mu.Unlock()
+	b.reg.mu.Lock()
+	b.reg.remove(a)
+	b.reg.reserved[a.id] = true
+	b.reg.mu.Unlock()
+	gone := b.letGo(ctx, a, from, rev)
+	b.reg.mu.Lock()
+	delete(b.reg.reserved, a.id)
+	b.reg.free(a.id)
+	b.reg.mu.Unlock()
+	if !gone {
+		// Kept, or to let go again: the copy is made again from what
+		// the cluster stores.
+		b.mirrorState.note(a.instance)
+		b.mirrorState.signal()
+		return
+	}
+	b.log.Info("agent of a lapsed broker let go", "agentId", a.id, "contextId", a.session, "broker", from)
+}
+
+// letGo is releaseLapsed's work in the cluster, a's registration being
+// the one of revision rev: it reports whether the registration is gone.
+func (b *Broker) letGo(ctx context.Context, a *agent, from string, rev uint64) bool {
+	if werr := b.closeTasksOf(ctx, a.instance, a.session); werr != nil {
+		b.log.Warn("closing an orphaned agent's tasks failed; trying again later", "agentId", a.id, "error", werr.Message)
+		return false
 	}
 	b.releaseName(ctx, a.id, a.instance)
-	if werr := b.closeTasksOf(ctx, a.instance, a.session); werr != nil {
-		b.log.Warn("closing an orphaned agent's tasks failed", "agentId", a.id, "error", werr.Message)
+	// keepName claims the name again for a registration that stays.
+	keepName := func() {
+		if err := b.cfg.Cluster.Registry.ClaimName(ctx, a.id, a.instance); err != nil {
+			b.log.Error("the name of an agent that was not let go could not be claimed again", "agentId", a.id, "error", err)
+		}
+	}
+	for try := 1; ; try++ {
+		err := b.cfg.Cluster.Registry.DeleteRegistrationAt(ctx, a.instance, rev)
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, store.ErrChanged) || try == maxRegisterTries {
+			b.log.Warn("deleting an orphaned agent's registration failed; trying again later", "agentId", a.id, "error", err)
+			keepName()
+			return false
+		}
+		var cur *store.Registration
+		cur, rev, err = b.cfg.Cluster.Registry.RegistrationRev(ctx, a.instance)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return true // let go by another broker
+		case err != nil:
+			b.log.Warn("reading an orphaned agent's registration failed; trying again later", "agentId", a.id, "error", err)
+			keepName()
+			return false
+		case cur.Broker == from && cur.TokenHash == tokenHashHex(a.tokenHash):
+			continue // still to let go
+		case cur.AgentID == a.id:
+			// Taken over, or registered again under the name, meanwhile.
+			keepName()
+		}
+		return false
 	}
 }
 
 // adopt takes over a, an agent whose broker's lease has lapsed, when it
 // calls this broker: its registration names this broker from now on, so
 // that it is not let go while it lives. It runs once per agent, off the
-// caller's path.
+// caller's path. The registration is changed only as it was read: one
+// changed meanwhile (let go, registered again) is left as it is.
 func (b *Broker) adopt(a *agent) {
+	b.reg.mu.RLock()
+	from := a.broker
+	b.reg.mu.RUnlock()
 	live := b.live.Load()
-	if live == nil || (*live)[a.broker] || !a.adopting.CompareAndSwap(false, true) {
+	if live == nil || (*live)[from] || !a.adopting.CompareAndSwap(false, true) {
 		return
 	}
 	// Under the lock Close cancels under: no goroutine starts once the
@@ -523,19 +714,26 @@ func (b *Broker) adopt(a *agent) {
 		defer a.adopting.Store(false)
 		unlock := b.lockInstance(a.instance)
 		defer unlock()
-		cur, err := b.cfg.Cluster.Registry.Registration(b.ctx, a.instance)
-		if err != nil || cur.Broker != a.broker || cur.TokenHash != tokenHashHex(a.tokenHash) {
+		for try := 1; ; try++ {
+			cur, rev, err := b.cfg.Cluster.Registry.RegistrationRev(b.ctx, a.instance)
+			if err != nil || cur.Broker != from || cur.TokenHash != tokenHashHex(a.tokenHash) {
+				return
+			}
+			cur.Broker = b.cfg.Cluster.Broker
+			err = b.cfg.Cluster.Registry.PutRegistrationAt(b.ctx, *cur, rev)
+			if errors.Is(err, store.ErrChanged) && try < maxRegisterTries {
+				continue
+			}
+			if err != nil {
+				b.log.Warn("taking over an agent of a lapsed broker failed", "agentId", a.id, "error", err)
+				return
+			}
+			b.reg.mu.Lock()
+			a.broker = cur.Broker
+			b.reg.mu.Unlock()
+			b.log.Info("agent of a lapsed broker taken over", "agentId", a.id, "contextId", a.session)
 			return
 		}
-		cur.Broker = b.cfg.Cluster.Broker
-		if err := b.store.PutRegistration(b.ctx, *cur); err != nil {
-			b.log.Warn("taking over an agent of a lapsed broker failed", "agentId", a.id, "error", err)
-			return
-		}
-		b.reg.mu.Lock()
-		a.broker = cur.Broker
-		b.reg.mu.Unlock()
-		b.log.Info("agent of a lapsed broker taken over", "agentId", a.id, "contextId", a.session)
 	})
 }
 

@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,6 +43,12 @@ type fakeCluster struct {
 	syncHold func()               // holds the first Sync
 	renewed  map[string]time.Time // broker -> last renewal
 	stopped  map[string]bool      // brokers whose renewals are ignored
+
+	// The registrations' revisions, numbered as a stream numbers its
+	// messages: regMu makes each compare-and-set one step.
+	regMu  sync.Mutex
+	regSeq uint64
+	revs   map[string]uint64 // instance -> its registration's revision
 }
 
 // leaseTerm is how long a fake lease holds after its renewal.
@@ -82,7 +90,7 @@ type fakeLog struct {
 
 func newFakeCluster() *fakeCluster {
 	return &fakeCluster{Store: store.NewMemory(), names: map[string]string{}, watchers: map[int]func(string){}, logs: map[string]*fakeLog{},
-		renewed: map[string]time.Time{}, stopped: map[string]bool{}}
+		renewed: map[string]time.Time{}, stopped: map[string]bool{}, revs: map[string]uint64{}}
 }
 
 func (c *fakeCluster) notify(instance string) {
@@ -98,17 +106,61 @@ func (c *fakeCluster) notify(instance string) {
 }
 
 func (c *fakeCluster) PutRegistration(ctx context.Context, reg store.Registration) error {
+	c.regMu.Lock()
+	rev := c.revs[reg.Instance]
+	c.regMu.Unlock()
+	return c.PutRegistrationAt(ctx, reg, rev)
+}
+
+func (c *fakeCluster) DeleteRegistration(ctx context.Context, instance string) error {
+	c.regMu.Lock()
+	rev := c.revs[instance]
+	c.regMu.Unlock()
+	if rev == 0 {
+		return nil
+	}
+	return c.DeleteRegistrationAt(ctx, instance, rev)
+}
+
+func (c *fakeCluster) RegistrationRev(ctx context.Context, instance string) (*store.Registration, uint64, error) {
+	c.regMu.Lock()
+	defer c.regMu.Unlock()
+	reg, err := c.Registration(ctx, instance)
+	if err != nil {
+		return nil, 0, err
+	}
+	return reg, c.revs[instance], nil
+}
+
+func (c *fakeCluster) PutRegistrationAt(ctx context.Context, reg store.Registration, rev uint64) error {
+	c.regMu.Lock()
+	if c.revs[reg.Instance] != rev {
+		c.regMu.Unlock()
+		return store.ErrChanged
+	}
 	if err := c.Store.PutRegistration(ctx, reg); err != nil {
+		c.regMu.Unlock()
 		return err
 	}
+	c.regSeq++
+	c.revs[reg.Instance] = c.regSeq
+	c.regMu.Unlock()
 	c.notify(reg.Instance)
 	return nil
 }
 
-func (c *fakeCluster) DeleteRegistration(ctx context.Context, instance string) error {
+func (c *fakeCluster) DeleteRegistrationAt(ctx context.Context, instance string, rev uint64) error {
+	c.regMu.Lock()
+	if c.revs[instance] != rev {
+		c.regMu.Unlock()
+		return store.ErrChanged
+	}
 	if err := c.Store.DeleteRegistration(ctx, instance); err != nil {
+		c.regMu.Unlock()
 		return err
 	}
+	delete(c.revs, instance)
+	c.regMu.Unlock()
 	c.notify(instance)
 	return nil
 }
@@ -237,6 +289,37 @@ func (c *fakeCluster) brokerWith(t *testing.T, id string, cfg broker.Config) *en
 		c.mu.Unlock()
 		return b
 	})
+}
+
+// brokerOn starts a broker of c that reaches the cluster's registry
+// through reg (a view of c that a test steers) and its store through st
+// (c when nil).
+func (c *fakeCluster) brokerOn(t *testing.T, id string, cfg broker.Config, reg broker.SharedRegistry, st store.Store) *env {
+	t.Helper()
+	cfg.Store = st
+	if st == nil {
+		cfg.Store = c
+	}
+	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: reg, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+		c.mu.Lock()
+		c.buses = append(c.buses, b)
+		c.mu.Unlock()
+		return b
+	})
+}
+
+// nameHolder is the instance that holds agentID in the cluster ("" for
+// none).
+func (c *fakeCluster) nameHolder(agentID string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.names[agentID]
+}
+
+func tokenHash(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
 }
 
 // on returns a as its runtime would be if its requests went to e's

@@ -22,11 +22,15 @@
 // another.
 //
 //  1. An instance's lock (Broker.instances, lockInstance): a
-//     registration, a departure, the release of a held registration.
+//     registration, a departure, the release of a held registration;
+//     in a cluster, also the copy of the instance's registration
+//     brought in line (reconcile), a take-over and the release of a
+//     lapsed broker's agent, each of which reads the registration under
+//     it and writes only at the revision read.
 //     Or a send's key lock (Broker.sendLocks, lockSend): a keyed send,
 //     from before it looks its key up until it has made its task or
-//     pushed. One at a time, and never both: no path holds one and
-//     takes the other.
+//     pushed. One at a time, and never both, but for a keyed send's
+//     catch-up (see below).
 //  2. Agents (agent.mu): an operation holds the agents it acts as or on
 //     (enter, shared) for its whole length; two at most, in ascending
 //     agent.order (enterPair). revoke takes an agent exclusively for a
@@ -45,9 +49,20 @@
 //     the caller's goroutine with none of them held, and takes no lock.
 //  5. Leaves, under which nothing is taken, no store is called, and the
 //     bus is not called: the registry (registry.mu), the event log's
-//     map (eventLog.mu), a session's log (sessionLog.mu), the task ids
+//     map (eventLog.mu), a session's log (sessionLog.mu), the
+//     instances the cluster's watch left to bring in line
+//     (mirrorState.mu), the task ids
 //     (taskIDs.mu), the push windows (pushWindow.mu, then, let go first,
 //     pushKeys.mu), and the loggers'.
+//
+// In a cluster, a catch-up with the cluster's registrations (catchUp)
+// brings instances in line: it takes their locks, one at a time, and may
+// revoke agents. It is called holding no agent and no instance's lock:
+// before a request holds its caller or any other agent (a token not
+// known yet, a list, a send's addressee, a session's close). A keyed
+// send looks its addressee up under its key's lock, so a catch-up may
+// take instance locks under a send's key lock; no path takes a send's
+// key lock under an instance's lock.
 //
 // The bus is called without any of these held but those of ranks 1 and
 // 2: a notification is numbered and kept under its session's log (post)

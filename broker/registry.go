@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"hash/maphash"
 	"slices"
 	"strconv"
@@ -479,6 +480,61 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 	if enc, err := json.Marshal(card); err != nil || len(enc)+maxSuffix > wire.MaxCardBytes {
 		return wire.ErrInvalidParams.Withf("card: more than %d bytes encoded", wire.MaxCardBytes-maxSuffix)
 	}
+	if b.clustered() {
+		return b.admitShared(ctx, a, card)
+	}
+	_, err := b.admitAt(ctx, a, card, 0, nil)
+	return err
+}
+
+// maxRegisterTries bounds how often a change of a registration in a
+// cluster reads it again because another broker changed it first.
+const maxRegisterTries = 16
+
+// admitShared is admit in a cluster. The instance's registration is
+// read under its lock, the registry's copy of it brought in line, the
+// registration judged on it and stored at its revision; if another
+// broker changed it meanwhile, it is read and judged again. So of two
+// registrations of one instance in two sessions through two brokers at
+// once, one is refused, and a registration acknowledged is never
+// replaced unseen.
+func (b *Broker) admitShared(ctx context.Context, a *agent, card *wire.AgentCard) (werr *wire.Error) {
+	var claimed []string
+	defer func() {
+		// The names claimed for tries that did not store them.
+		for _, id := range claimed {
+			if werr != nil || id != a.id {
+				b.releaseUnused(context.WithoutCancel(ctx), id, a.instance)
+			}
+		}
+	}()
+	for try := 1; ; try++ {
+		cur, rev, err := b.cfg.Cluster.Registry.RegistrationRev(ctx, a.instance)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return b.storeFailure("read the instance's registration in the cluster", err)
+		}
+		if err := b.align(ctx, a.instance, cur); err != nil {
+			return b.storeFailure("read the instance's registration in the cluster", err)
+		}
+		if cur != nil && cur.Session != a.session {
+			return wire.ErrInvalidParams.Withf("instanceId is live in another session")
+		}
+		changed, werr := b.admitAt(ctx, a, card, rev, &claimed)
+		if !changed {
+			return werr
+		}
+		if try == maxRegisterTries {
+			return wire.ErrInternal.Withf("the instance's registration kept changing in the cluster; try again")
+		}
+	}
+}
+
+// admitAt is one try of admit, judged on the registry as it is. In a
+// cluster it stores the registration at rev, the revision of the
+// instance's registration the registry's copy is in line with, and
+// reports changed, having changed nothing, when another broker changed
+// it first; the names it claims in the cluster are added to claimed.
+func (b *Broker) admitAt(ctx context.Context, a *agent, card *wire.AgentCard, rev uint64, claimed *[]string) (changed bool, _ *wire.Error) {
 	r := &b.reg
 	r.mu.Lock()
 	old := r.byInstance[a.instance]
@@ -494,7 +550,7 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 	}
 	if refused != nil {
 		r.mu.Unlock()
-		return refused
+		return false, refused
 	}
 	// A new agent counts against the caps while it is stored.
 	arriving := old == nil && h == nil
@@ -524,22 +580,28 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 			r.mu.Lock()
 			done()
 			r.mu.Unlock()
-			return err
+			return false, err
+		}
+		if !slices.Contains(*claimed, a.id) {
+			*claimed = append(*claimed, a.id)
 		}
 	}
 	card.AgentID = a.id
 	a.card, _ = json.Marshal(card) // checked above, but for the suffix
 	reg := store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name, Card: a.card}
+	var err error
 	if b.clustered() {
 		reg.TokenHash = tokenHashHex(a.tokenHash)
 		reg.Broker = b.cfg.Cluster.Broker
 		a.broker = reg.Broker
-	}
-	err := b.store.PutRegistration(ctx, reg)
-	if err != nil {
-		if reserved && b.clustered() {
-			b.releaseName(context.WithoutCancel(ctx), a.id, a.instance)
+		err = b.cfg.Cluster.Registry.PutRegistrationAt(ctx, reg, rev)
+		if err != nil && !errors.Is(err, store.ErrChanged) && b.landed(ctx, a) {
+			err = nil // the answer was lost, not the write
 		}
+	} else {
+		err = b.store.PutRegistration(ctx, reg)
+	}
+	if err != nil {
 		r.mu.Lock()
 		if reserved {
 			delete(r.reserved, a.id)
@@ -547,7 +609,10 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 		}
 		done()
 		r.mu.Unlock()
-		return b.storeFailure("store the registration", err)
+		if errors.Is(err, store.ErrChanged) {
+			return true, nil
+		}
+		return false, b.storeFailure("store the registration", err)
 	}
 	if old != nil && old.id != a.id && b.clustered() {
 		b.releaseName(context.WithoutCancel(ctx), old.id, a.instance)
@@ -569,7 +634,7 @@ func (b *Broker) admit(ctx context.Context, a *agent, card *wire.AgentCard) *wir
 	delete(r.reserved, a.id)
 	r.add(a)
 	done()
-	return nil
+	return false, nil
 }
 
 // arrived ends the count of an arriving agent. r.mu is held.
@@ -639,9 +704,34 @@ func (b *Broker) deregister(ctx context.Context, from transport.Caller, req *wir
 // when a was gone already. If some closing cannot be stored, the error
 // says so (the agent stays revoked; the tasks are closed by the orphan
 // sweep of the next start).
+//
+// In a cluster only a's own registration goes, at the revision read
+// under the instance's lock: a token whose registration the cluster has
+// replaced or deleted, unseen by this broker's copy, was gone already;
+// its copy is revoked, and the successor's registration, name and tasks
+// are left alone.
 func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 	unlockInstance := b.lockInstance(a.instance)
 	defer unlockInstance()
+	var rev uint64
+	if b.clustered() {
+		cur, r, err := b.cfg.Cluster.Registry.RegistrationRev(ctx, a.instance)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return false, b.storeFailure("read the agent's registration in the cluster", err)
+		}
+		if cur == nil || cur.TokenHash != tokenHashHex(a.tokenHash) {
+			if err := b.align(ctx, a.instance, cur); err != nil {
+				b.log.Debug("bringing a replaced agent's copy in line failed", "agentId", a.id, "error", err)
+			}
+			if a.revoke() { // align found another copy here, or failed
+				b.reg.mu.Lock()
+				b.reg.remove(a)
+				b.reg.mu.Unlock()
+			}
+			return false, nil
+		}
+		rev = r
+	}
 	if !a.revoke() {
 		return false, nil
 	}
@@ -656,7 +746,15 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 	b.log.Debug("agent deregistered", "agentId", a.id, "contextId", a.session)
 	ctx = context.WithoutCancel(ctx)
 	var failed *wire.Error
-	if err := b.store.DeleteRegistration(ctx, a.instance); err != nil {
+	var err error
+	mine := true
+	if b.clustered() {
+		mine, err = b.deleteOwn(ctx, a, rev)
+	} else {
+		err = b.store.DeleteRegistration(ctx, a.instance)
+	}
+	switch {
+	case err != nil:
 		// The store still has it: so does the registry, as a hold, until
 		// the session closes or a restart's orphan timeout lets it go.
 		b.log.Error("deregistered agent's registration not removed from the store; its name stays held", "agentId", a.id, "error", err)
@@ -665,9 +763,17 @@ func (b *Broker) depart(ctx context.Context, a *agent) (bool, *wire.Error) {
 		delete(b.reg.reserved, a.id)
 		b.reg.hold(store.Registration{Instance: a.instance, Session: a.session, AgentID: a.id, Name: a.name})
 		b.reg.mu.Unlock()
-	} else {
+	case !mine:
+		// Replaced or let go through another broker meanwhile: what is
+		// left is the successor's, or done by whoever let a go.
+		b.reg.mu.Lock()
+		delete(b.reg.reserved, a.id)
+		b.reg.free(a.id)
+		b.reg.mu.Unlock()
+		return false, nil
+	default:
 		if b.clustered() {
-			b.releaseName(ctx, a.id, a.instance)
+			b.releaseUnused(ctx, a.id, a.instance)
 		}
 		b.reg.mu.Lock()
 		delete(b.reg.reserved, a.id)

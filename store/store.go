@@ -36,6 +36,10 @@ var (
 	// ErrNameTaken is returned by Names.ClaimName when another instance
 	// holds the name.
 	ErrNameTaken = errors.New("store: name held by another instance")
+	// ErrChanged is returned by a write that holds only if what it
+	// changes is as it was read (a compare-and-set on a revision), when
+	// it is not: another write came first. Read again, and judge again.
+	ErrChanged = errors.New("store: changed since it was read")
 )
 
 // Record is one stored task.

@@ -125,6 +125,8 @@ func TestOnACluster(t *testing.T) {
 		{"ARefusalIsJudgedOnTheTaskAsItIs", testRefusalJudgedOnTheTaskAsItIs},
 		{"ExactlyOneOfConcurrentClaimsOfANameWins", testNames},
 		{"AReleaseNeverFreesAnothersClaim", testReleaseNeverFreesAnothersClaim},
+		{"RegistrationWrittenOnlyAsRead", testRegistrationWrittenOnlyAsRead},
+		{"RegistrationWritesRacingFromThreeNodesStoreOne", testRacingRegistrationWrites},
 		{"RacingUpdatesFromTwoNodesLoseNone", testRacingUpdates},
 		{"TheCapHoldsAcrossBrokers", testCapAcrossBrokers},
 		{"OfTwoKeyedCreatesOneWins", testKeyedCreatesRace},
