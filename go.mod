@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/a2aproject/a2a-go/v2 v2.3.1
+	github.com/anishathalye/porcupine v1.3.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/go-json-experiment/json v1.27.2
 	github.com/gofrs/flock v0.13.2
