@@ -737,6 +737,40 @@ func (b *Broker) adopt(a *agent) {
 	})
 }
 
+// closeIfDeparted closes rec, a task this broker has just made, if one
+// of its members has left the cluster meanwhile. Both members were live
+// in this broker's copy of the registry, which follows the cluster's a
+// moment late: a member may have deregistered (or been let go) through
+// another broker, which closed the open tasks it found before this one
+// was made. A departure deletes the registration before it looks for
+// the tasks, so a registration still there now means that the
+// departure, if any, will find this task; one gone means it may not
+// have, and the task is closed here as the departure would have closed
+// it (a task it did close is left as it is).
+func (b *Broker) closeIfDeparted(ctx context.Context, rec *store.Record) {
+	ctx = context.WithoutCancel(ctx)
+	members := []struct{ instance, session string }{
+		{rec.RequesterInstance, rec.Task.ContextID},
+		{rec.AssigneeInstance, rec.Task.AgentContextID},
+	}
+	for _, m := range members {
+		_, err := b.cfg.Cluster.Registry.Registration(ctx, m.instance)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			b.log.Warn("reading a new task's member's registration failed; the task stays open", "taskId", rec.Task.ID, "error", err)
+			continue
+		}
+		var failed *wire.Error
+		b.closeTasks(ctx, []*store.Record{rec}, m.instance, m.session, &failed)
+		if failed != nil {
+			b.log.Warn("closing a new task of a departed agent failed", "taskId", rec.Task.ID, "error", failed.Message)
+		}
+		return
+	}
+}
+
 // catchUpTimeout bounds how long a request with a token the registry does
 // not know waits for the cluster's latest registrations.
 const catchUpTimeout = 2 * time.Second

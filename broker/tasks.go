@@ -325,6 +325,9 @@ func (b *Broker) createTask(ctx context.Context, self, peer *agent, p *wire.Send
 	}
 	stripe.Unlock()
 	b.publish(n)
+	if err == nil && b.clustered() {
+		b.closeIfDeparted(ctx, rec)
+	}
 	if err != nil && k.name != "" && errors.Is(err, store.ErrExists) {
 		// The key's task was made meanwhile by another broker of a
 		// cluster (the key's lock is this broker's own): this send is a
