@@ -136,12 +136,14 @@ func (b *Broker) startMirror(ctx context.Context) error {
 			case <-m.wake:
 			}
 			failed := false
+			m.batch.Lock()
 			for _, instance := range m.take() {
 				if !b.mirror(instance) {
 					m.note(instance)
 					failed = true
 				}
 			}
+			m.batch.Unlock()
 			if failed { // try again in a while
 				t := time.NewTimer(time.Second)
 				select {
@@ -166,9 +168,13 @@ type mirrorState struct {
 	// to be copied because it holds their agentId here: each is brought
 	// in line again once that one has been.
 	waiting map[string]map[string]bool
-	wake    chan struct{}
-	stop    func()    // ends the watch
-	once    sync.Once // of stop, at Close
+	// batch is held while pending instances taken are brought in line,
+	// so that a catch-up that finds none left waits for those the
+	// mirror's goroutine is bringing in.
+	batch sync.Mutex
+	wake  chan struct{}
+	stop  func()    // ends the watch
+	once  sync.Once // of stop, at Close
 }
 
 // note marks instance as pending.
@@ -833,11 +839,22 @@ func (b *Broker) syncRegistry() {
 		b.log.Debug("catching up with the cluster's registrations failed", "error", err)
 		return
 	}
+	// An instance whose agentId another held here waits for that one,
+	// which is noted: a next round brings it in, then the instance.
 	m := &b.mirrorState
-	for _, instance := range m.take() {
-		if !b.mirror(instance) {
-			m.note(instance)
-			m.signal()
+	m.batch.Lock()
+	defer m.batch.Unlock()
+	for range 3 {
+		pending := m.take()
+		if len(pending) == 0 {
+			return
+		}
+		for _, instance := range pending {
+			if !b.mirror(instance) {
+				m.note(instance)
+				m.signal()
+				return
+			}
 		}
 	}
 }

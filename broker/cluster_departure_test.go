@@ -1,11 +1,18 @@
 package broker_test
 
 import (
+	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/transport"
+	"github.com/a2a-bus/a2a-bus/transport/fakebus"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -55,4 +62,90 @@ func TestClusterATaskMadeForAnAgentThatLeftThroughAnotherBrokerCloses(t *testing
 			}
 		})
 	}
+}
+
+// heldWatch is one broker's view of a fakeCluster whose watch lags, as
+// laggingWatch, with the test holding it: deliver tells the broker's
+// copy of what is pending, as the watch coming round does.
+func (c *fakeCluster) heldWatchBroker(t *testing.T, id string) (*env, *laggingWatch) {
+	t.Helper()
+	lag := &laggingWatch{fakeCluster: c}
+	cfg := broker.Config{Store: c}
+	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: lag, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
+		c.mu.Lock()
+		c.buses = append(c.buses, b)
+		c.mu.Unlock()
+		return b
+	}), lag
+}
+
+// A token issued through another broker a moment ago, whose registration
+// this broker's watch has told and its mirror begun (but not finished)
+// to bring in when the request comes: the request's catch-up finds
+// nothing left to bring in, and waits for the mirror's instead of
+// refusing the token.
+func TestClusterACatchUpWaitsForTheRegistrationsTheMirrorIsBringingIn(t *testing.T) {
+	// The hooks are set before the brokers start, so that they are
+	// unset only once the brokers have stopped.
+	var held atomic.Value // the instance whose locking is held, once set
+	held.Store("")
+	taken := make(chan struct{}, 1)
+	release := make(chan struct{})
+	broker.OnLockingInstance(t, func(instance string) {
+		if instance == held.Load().(string) {
+			select {
+			case taken <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	})
+	var once sync.Once
+	catching := make(chan struct{})
+	broker.OnCatchingUp(t, func() { once.Do(func() { close(catching) }) })
+
+	c := newFakeCluster()
+	b1 := c.broker(t, "b1")
+	b2, watch := c.heldWatchBroker(t, "b2")
+	alice := b1.register("s1", "alice")
+
+	// b2's watch tells it of alice; its mirror takes her in, and is
+	// held as it comes to lock her instance.
+	held.Store(alice.instance)
+	require.NoError(t, watch.Sync(context.Background()))
+	<-taken
+	done := make(chan error, 1)
+	go func() {
+		_, err := alice.on(b2).tryCall(wire.MethodListAgents, nil)
+		done <- err
+	}()
+	<-catching
+	select {
+	case err := <-done:
+		close(release)
+		t.Fatalf("the request was answered while the mirror was still bringing alice in: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-done, "alice's token on b2")
+}
+
+// A name passes from one agent to another through one broker, and the
+// newcomer calls another broker, which has heard of neither change yet:
+// its catch-up brings both in (the departure first, which the
+// newcomer's copy waits for), and the token works.
+func TestClusterATokenForANameJustPassedOnWorksOnAnotherBroker(t *testing.T) {
+	c := newFakeCluster()
+	b1 := c.broker(t, "b1")
+	b2 := c.laggingBroker(t, "b2")
+	// The newcomer's instance sorts before the leaver's.
+	leaver := b1.registerInstance("s1", "alpha", "instance-z")
+	seen(t, b2.register("s9", "watcher"), "alpha")
+	require.NoError(t, leaver.deregister())
+	newcomer := b1.registerInstance("s2", "alpha", "instance-a")
+	require.Equal(t, "alpha", newcomer.id)
+
+	_, err := newcomer.on(b2).tryCall(wire.MethodListAgents, nil)
+	require.NoError(t, err, "the newcomer's token, on a broker that catches up")
 }
