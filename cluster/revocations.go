@@ -187,7 +187,43 @@ func randomGeneration() uint64 {
 
 // createOrGet stores val under key unless the key holds a value, and
 // returns what the key holds.
+//
+// A request nobody answered (a stream without a leader, as while a
+// server that restarted rejoins) is sent again, backing off, until ctx
+// ends: a broker starting then waits for the cluster within its start's
+// bound rather than stopping at once.
 func createOrGet(ctx context.Context, kv jetstream.KeyValue, key, val string) (string, error) {
+	wait := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		v, err := createOrGetOnce(actx, kv, key, val)
+		cancel()
+		if err == nil || !unanswered(err) || ctx.Err() != nil {
+			return v, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", err
+		case <-t.C:
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// unanswered reports whether err says that a request found no one to
+// answer it in time, which a later try may.
+func unanswered(err error) bool {
+	var a *jetstream.APIError
+	if errors.As(err, &a) {
+		return a.Code == 503
+	}
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func createOrGetOnce(ctx context.Context, kv jetstream.KeyValue, key, val string) (string, error) {
 	if _, err := kv.Create(ctx, key, []byte(val)); err == nil {
 		return val, nil
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
