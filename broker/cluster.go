@@ -669,6 +669,13 @@ func (b *Broker) letGo(ctx context.Context, a *agent, from string, rev uint64) b
 	for try := 1; ; try++ {
 		err := b.cfg.Cluster.Registry.DeleteRegistrationAt(ctx, a.instance, rev)
 		if err == nil {
+			// A broker whose copy still had a live may have made it a
+			// task since its open tasks were closed, and found its
+			// registration there (closeIfDeparted): those are closed
+			// now that it is gone.
+			if werr := b.closeTasksOf(ctx, a.instance, a.session); werr != nil {
+				b.log.Warn("closing an orphaned agent's last tasks failed", "agentId", a.id, "error", werr.Message)
+			}
 			return true
 		}
 		if !errors.Is(err, store.ErrChanged) || try == maxRegisterTries {

@@ -149,3 +149,58 @@ func TestClusterATokenForANameJustPassedOnWorksOnAnotherBroker(t *testing.T) {
 	_, err := newcomer.on(b2).tryCall(wire.MethodListAgents, nil)
 	require.NoError(t, err, "the newcomer's token, on a broker that catches up")
 }
+
+// deleteHook is one broker's view of a fakeCluster that runs hook once,
+// right before this broker deletes instance's registration.
+type deleteHook struct {
+	*fakeCluster
+	instance string
+	once     sync.Once
+	hook     func()
+}
+
+func (d *deleteHook) DeleteRegistrationAt(ctx context.Context, instance string, rev uint64) error {
+	if instance == d.instance {
+		d.once.Do(d.hook)
+	}
+	return d.fakeCluster.DeleteRegistrationAt(ctx, instance, rev)
+}
+
+// A broker lets a lapsed broker's agent go: it closes her open tasks,
+// then deletes her registration. Between the two, another broker, whose
+// copy still has her live, makes her a task: the release closes it too,
+// instead of leaving it open for ever with an assignee that is gone.
+func TestClusterATaskMadeForAnAgentBeingLetGoIsClosed(t *testing.T) {
+	c := newFakeCluster()
+	keep := broker.Config{OrphanTimeout: time.Hour}
+	b1 := c.brokerWith(t, "b1", keep)
+	alice := b1.registerInstance("s1", "alice", "alice-instance")
+	hooked := &deleteHook{fakeCluster: c, instance: alice.instance}
+	b3 := c.brokerWith(t, "b3", keep)
+	bob := b3.register("s2", "bob")
+	seen(t, bob, "alice")
+	var task *wire.Task
+	var sendErr error
+	made := make(chan struct{})
+	hooked.hook = func() {
+		defer close(made)
+		task, sendErr = bob.trySend("alice", "work")
+	}
+	c.brokerOn(t, "b2", broker.Config{OrphanTimeout: 50 * time.Millisecond}, hooked, nil) // lets alice go
+	require.NoError(t, b1.broker.Close())
+	c.lapse("b1")
+	select {
+	case <-made:
+	case <-time.After(10 * time.Second):
+		t.Fatal("b2 never let alice go")
+	}
+	require.NoError(t, sendErr, "b3 still has alice live")
+	require.Eventually(t, func() bool {
+		_, err := c.Registration(context.Background(), alice.instance)
+		return err != nil
+	}, 10*time.Second, 5*time.Millisecond, "alice was never let go")
+	require.Eventually(t, func() bool {
+		got, err := bob.get(task.ID)
+		return err == nil && got.Status.State == wire.StateFailed
+	}, 10*time.Second, 5*time.Millisecond, "the task made for alice while she was let go stays open")
+}
