@@ -800,7 +800,12 @@ const catchUpTimeout = 2 * time.Second
 // after it came, and one runs at a time, so that a flood of unknown
 // tokens (a hostile session's guesses) costs the cluster one read per
 // round trip of the broker, not one per request.
-func (b *Broker) catchUp() {
+//
+// It reports whether the catch-up it waited for brought the registry in
+// line: false when the cluster could not be read in time (a stream
+// without a leader, as while a server rejoins), so that what the
+// registry does not show may be there all the same.
+func (b *Broker) catchUp() bool {
 	if testHookCatchingUp != nil {
 		testHookCatchingUp()
 	}
@@ -819,13 +824,15 @@ func (b *Broker) catchUp() {
 		c.started++
 		n := c.started
 		c.mu.Unlock()
-		b.syncRegistry()
+		ok := b.syncRegistry()
 		c.mu.Lock()
 		c.running = false
-		c.done = n
+		c.done, c.ok = n, ok
 		c.cond.Broadcast()
 	}
+	ok := c.ok
 	c.mu.Unlock()
+	return ok
 }
 
 // catchUps shares the registry's catch-ups among the requests that need
@@ -836,15 +843,16 @@ type catchUps struct {
 	running bool
 	started uint64 // catch-ups started
 	done    uint64 // the latest finished (they run one at a time)
+	ok      bool   // whether the latest finished brought the registry in line
 }
 
 // syncRegistry is one catch-up.
-func (b *Broker) syncRegistry() {
+func (b *Broker) syncRegistry() bool {
 	ctx, cancel := context.WithTimeout(b.ctx, catchUpTimeout)
 	defer cancel()
 	if err := b.cfg.Cluster.Registry.Sync(ctx); err != nil {
 		b.log.Debug("catching up with the cluster's registrations failed", "error", err)
-		return
+		return false
 	}
 	// An instance whose agentId another held here waits for that one,
 	// which is noted: a next round brings it in, then the instance.
@@ -854,14 +862,15 @@ func (b *Broker) syncRegistry() {
 	for range 3 {
 		pending := m.take()
 		if len(pending) == 0 {
-			return
+			return true
 		}
 		for _, instance := range pending {
 			if !b.mirror(instance) {
 				m.note(instance)
 				m.signal()
-				return
+				return false
 			}
 		}
 	}
+	return true
 }

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,4 +204,52 @@ func TestClusterATaskMadeForAnAgentBeingLetGoIsClosed(t *testing.T) {
 		got, err := bob.get(task.ID)
 		return err == nil && got.Status.State == wire.StateFailed
 	}, 10*time.Second, 5*time.Millisecond, "the task made for alice while she was let go stays open")
+}
+
+// While a broker cannot catch up with the cluster's registrations, an
+// agent its copy does not show may have registered through another
+// broker a moment ago: its token and its name are not refused as
+// unknown (A2A_UNAUTHORIZED, A2A_UNKNOWN_AGENT, which a runtime takes
+// for final), but answered as a failure of the cluster (-32603, try
+// again). Once it catches up, they work.
+func TestClusterABrokerThatCannotCatchUpDoesNotRefuseAgentsItDoesNotKnow(t *testing.T) {
+	c := newFakeCluster()
+	b1 := c.broker(t, "b1")
+	lag := &laggingWatch{fakeCluster: c}
+	var stalled atomic.Bool
+	stalled.Store(true)
+	reg := &switchedWatch{laggingWatch: lag, stalled: &stalled}
+	b2 := c.brokerOn(t, "b2", broker.Config{}, reg, nil)
+	bob := b2.register("s2", "bob")
+	alice := b1.register("s1", "alice")
+
+	_, err := alice.on(b2).tryCall(wire.MethodListAgents, nil)
+	requireCode(t, err, wire.ErrInternal)
+	_, err = bob.trySend("alice", "work")
+	requireCode(t, err, wire.ErrInternal)
+
+	stalled.Store(false)
+	_, err = alice.on(b2).tryCall(wire.MethodListAgents, nil)
+	require.NoError(t, err)
+	_, err = bob.trySend("alice", "work")
+	require.NoError(t, err)
+	// A token no broker issued is refused as ever.
+	_, err = b2.tryCall("s2", wire.MethodListAgents, map[string]any{"token": "0000"})
+	requireCode(t, err, wire.ErrUnauthorized)
+}
+
+// switchedWatch is one broker's view of a fakeCluster whose watch lags
+// (laggingWatch) and, while stalled, cannot catch up: Sync fails, as
+// while the registrations' stream has no leader (a server of the
+// cluster died, or is rejoining).
+type switchedWatch struct {
+	*laggingWatch
+	stalled *atomic.Bool
+}
+
+func (s *switchedWatch) Sync(ctx context.Context) error {
+	if s.stalled.Load() {
+		return errors.New("the registrations' stream has no leader")
+	}
+	return s.laggingWatch.Sync(ctx)
 }

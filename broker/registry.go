@@ -348,10 +348,15 @@ func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wir
 	a := b.reg.byToken[hash]
 	b.reg.mu.RUnlock()
 	if a == nil && b.clustered() {
-		b.catchUp()
+		caught := b.catchUp()
 		b.reg.mu.RLock()
 		a = b.reg.byToken[hash]
 		b.reg.mu.RUnlock()
+		if a == nil && !caught {
+			// The token may be one another broker issued a moment ago:
+			// not known is not refused.
+			return nil, errNotCaughtUp()
+		}
 	}
 	b.reg.mu.RLock()
 	foreign := a != nil && a.broker != "" && b.clustered() && a.broker != b.cfg.Cluster.Broker
@@ -402,6 +407,13 @@ func (b *Broker) heldCaller(from transport.Caller, req *wire.Request, v any, tok
 }
 
 func errRevoked() *wire.Error { return wire.ErrUnauthorized.Withf("unknown or revoked token") }
+
+// errNotCaughtUp answers a request about an agent this broker's copy of
+// the cluster's registry does not show, when the cluster could not be
+// read to make sure: the agent may be there all the same.
+func errNotCaughtUp() *wire.Error {
+	return wire.ErrInternal.Withf("the cluster's registrations could not be read in time; try again")
+}
 
 func (b *Broker) register(ctx context.Context, from transport.Caller, req *wire.Request) (any, *wire.Error) {
 	p, err := b.registration(from, req)

@@ -152,8 +152,11 @@ func (b *Broker) resolvePeer(self *agent, to string) (*agent, *wire.Error) {
 	}
 	peer, err := b.resolveKnownPeer(self, to)
 	if peer == nil {
-		b.catchUp()
+		caught := b.catchUp()
 		peer, err = b.resolveKnownPeer(self, to)
+		if peer == nil && !caught {
+			return nil, errNotCaughtUp()
+		}
 	}
 	return peer, err
 }
