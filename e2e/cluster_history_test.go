@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -103,6 +104,7 @@ type history struct {
 	actors []string    // names of the actors, by id
 	oks    map[int]int // calls answered with a result, by host
 	gone   []departure // agents whose host died
+	reads  map[string]finalRead
 }
 
 // departure is an agent whose host died at a time: from then on, its
@@ -301,6 +303,11 @@ type taskState struct {
 	exists bool
 	state  wire.State
 	keys   string // the applied keys, sorted, each followed by '\n'
+	// left is the state a member's departure closes the task in, once
+	// one has left: a broker whose copy of the registry has not heard of
+	// the departure yet may still make the task, and closes it at once
+	// (docs/PROTOCOL.md §13, registrations).
+	left wire.State
 }
 
 func (s taskState) applied(key string) bool {
@@ -362,7 +369,10 @@ func stepTask(s taskState, in taskInput, out taskOutput) (bool, taskState) {
 	switch in.kind {
 	case taskCreate:
 		if !s.exists {
-			n := taskState{exists: true, state: wire.StateSubmitted}.with(in.key)
+			n := taskState{exists: true, state: wire.StateSubmitted, left: s.left}.with(in.key)
+			if s.left != "" {
+				n.state = s.left
+			}
 			return unknown || (out.outcome == outcomeOK && out.state == wire.StateSubmitted), n
 		}
 		// Only this create's key makes this task: it exists, so the key
@@ -393,6 +403,9 @@ func stepTask(s taskState, in taskInput, out taskOutput) (bool, taskState) {
 	case taskLeft:
 		if s.exists && !s.state.Terminal() {
 			s.state = in.target
+		}
+		if s.left == "" {
+			s.left = in.target
 		}
 		return true, s
 	}
@@ -444,6 +457,9 @@ func retOf(r rpc) int64 {
 // outcome is unknown and whose task or agentId no answer tells.
 func (h *history) models(reads map[string]finalRead) (names, tasks []porcupine.Operation, unplaced int) {
 	rpcs := h.snapshot()
+	h.mu.Lock()
+	h.reads = reads
+	h.mu.Unlock()
 	type reg struct{ instance, session, agentID string }
 	byToken := map[string]reg{}
 	keyTask := map[string]string{} // a create's key -> the task it made
@@ -463,6 +479,13 @@ func (h *history) models(reads map[string]finalRead) (names, tasks []porcupine.O
 			}
 		}
 	}
+	// A create whose answer was lost names its task by its key, which
+	// the task's record keeps.
+	for id, rd := range reads {
+		if rd.rec != nil && rd.rec.SendKey != "" {
+			keyTask[rd.rec.SendKey] = id
+		}
+	}
 	// Members of each task, by instance, from the final reads.
 	memberOf := map[string][]string{} // instance -> tasks
 	for id, rd := range reads {
@@ -473,6 +496,7 @@ func (h *history) models(reads map[string]finalRead) (names, tasks []porcupine.O
 			}
 		}
 	}
+	named := map[string]string{} // instance -> the agentId it last registered under
 	for _, r := range rpcs {
 		taskOut := taskOutput{outcome: r.outcome, code: r.code}
 		addTask := func(in taskInput) {
@@ -497,6 +521,13 @@ func (h *history) models(reads map[string]finalRead) (names, tasks []porcupine.O
 			if json.Unmarshal(r.params, &p) != nil || json.Unmarshal(r.result, &res) != nil {
 				continue
 			}
+			if was := named[res.InstanceID]; was != "" && was != res.AgentID {
+				// Registered again under another agentId: the one it
+				// held is let go with the registration that held it.
+				names = append(names, porcupine.Operation{ClientId: r.actor, Input: nameInput{name: was, release: true, instance: res.InstanceID, session: p.ContextID},
+					Output: nameOutput{r.outcome}, Call: r.call, Return: r.ret, Metadata: r.historyIdx})
+			}
+			named[res.InstanceID] = res.AgentID
 			names = append(names, porcupine.Operation{ClientId: r.actor, Input: nameInput{name: res.AgentID, instance: res.InstanceID, session: p.ContextID},
 				Output: nameOutput{r.outcome}, Call: r.call, Return: r.ret, Metadata: r.historyIdx})
 		case wire.MethodDeregister:
@@ -592,6 +623,24 @@ func checkLinearizable(t testing.TB, what string, model porcupine.Model, ops []p
 		t.Errorf("porcupine's visualization of %s: %v", what, err)
 	}
 	t.Errorf("%s: %d operations are not linearizable (%s): see %s (kept with go test -artifacts)", what, len(ops), res, path)
+	shown := 0
+	for _, part := range model.Partition(ops) {
+		if shown == 3 || porcupine.CheckOperations(model, part) {
+			continue
+		}
+		shown++
+		part = slices.Clone(part)
+		slices.SortFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		var b strings.Builder
+		for _, op := range part {
+			ret := "never"
+			if op.Return != never {
+				ret = fmt.Sprint(time.Duration(op.Return))
+			}
+			fmt.Fprintf(&b, "\n  [%v, %s] client %d (call %v): %s", time.Duration(op.Call), ret, op.ClientId, op.Metadata, model.DescribeOperation(op.Input, op.Output))
+		}
+		t.Logf("%s: a partition that is not linearizable:%s", what, b.String())
+	}
 	return res
 }
 
@@ -693,6 +742,14 @@ func TestHistoryModels(t *testing.T) {
 			op(0, create, is(wire.StateSubmitted), 0, 10), op(1, left(wire.StateFailed), taskOutput{}, 20, 30),
 			op(0, get, is(wire.StateFailed), 40, 50),
 		}, porcupine.Ok},
+		{"a task made for an agent that had left is closed at once", []porcupine.Operation{
+			op(1, left(wire.StateFailed), taskOutput{}, 0, 10), op(0, create, is(wire.StateSubmitted), 20, 30),
+			op(0, get, is(wire.StateFailed), 40, 50),
+		}, porcupine.Ok},
+		{"a task made for an agent that had left stays open", []porcupine.Operation{
+			op(1, left(wire.StateFailed), taskOutput{}, 0, 10), op(0, create, is(wire.StateSubmitted), 20, 30),
+			op(0, get, is(wire.StateSubmitted), 40, 50),
+		}, porcupine.Illegal},
 		{"the assignee left and the task stayed open", []porcupine.Operation{
 			op(0, create, is(wire.StateSubmitted), 0, 10), op(1, left(wire.StateFailed), taskOutput{}, 20, 30),
 			op(0, get, is(wire.StateSubmitted), 40, 50),
@@ -751,7 +808,17 @@ func (h *history) writeOnFailure(t testing.TB) {
 				"call": r.call, "ret": r.ret, "outcome": r.outcome.String(), "code": r.code,
 				"params": r.params, "result": r.result})
 		}
-		t.Logf("the history of calls: %s (kept with go test -artifacts)", path)
+		h.mu.Lock()
+		reads := h.reads
+		h.mu.Unlock()
+		for id, rd := range reads {
+			line := map[string]any{"final": id, "call": rd.call, "ret": rd.ret}
+			if rd.rec != nil {
+				line["state"], line["requester"], line["assignee"], line["sendKey"] = rd.rec.Task.Status.State, rd.rec.RequesterInstance, rd.rec.AssigneeInstance, rd.rec.SendKey
+			}
+			_ = enc.Encode(line)
+		}
+		t.Logf("the history of calls, then the final reads of the tasks: %s (kept with go test -artifacts)", path)
 	})
 }
 
@@ -800,6 +867,17 @@ func TestHistoryToModels(t *testing.T) {
 		names, _, _ = h.models(nil)
 		assert.Equal(t, porcupine.Ok, check(nameModel, names), "let go first")
 	})
+	t.Run("an instance registered again under another name lets the first go", func(t *testing.T) {
+		h := newHistory()
+		register(h, "a", "worker", "ta", 0, 10)
+		register(h, "a", "worker-2", "ta2", 20, 30)
+		register(h, "b", "worker", "tb", 40, 50)
+		names, _, _ := h.models(nil)
+		assert.Equal(t, porcupine.Ok, check(nameModel, names))
+		register(h, "c", "worker-2", "tc", 60, 70)
+		names, _, _ = h.models(nil)
+		assert.Equal(t, porcupine.Illegal, check(nameModel, names), "worker-2 is a's")
+	})
 	t.Run("an acknowledged create, then no task", func(t *testing.T) {
 		h := newHistory()
 		register(h, "a", "asker", "ta", 0, 10)
@@ -817,6 +895,21 @@ func TestHistoryToModels(t *testing.T) {
 		_, tasks, unplaced := h.models(read(wire.StateSubmitted, "a", "b"))
 		assert.Zero(t, unplaced)
 		assert.Len(t, tasks, 3)
+		assert.Equal(t, porcupine.Ok, check(taskModel, tasks))
+	})
+	t.Run("a create whose answer was lost, found by its key", func(t *testing.T) {
+		h := newHistory()
+		register(h, "a", "asker", "ta", 0, 10)
+		send(h, "ta", 20, 30, errors.New("transport: broker unavailable"))
+		add(h, wire.MethodUpdateTask, wire.UpdateParams{Token: "tb", TaskID: "t1", State: wire.StateCompleted, MessageID: "u1"},
+			task(wire.StateCompleted), 40, 50, nil)
+		reads := read(wire.StateCompleted, "a", "b")
+		_, tasks, unplaced := h.models(reads)
+		assert.Equal(t, 1, unplaced, "without the key in the record")
+		assert.Equal(t, porcupine.Illegal, check(taskModel, tasks), "an update of a task never made")
+		reads["t1"].rec.SendKey = "m1"
+		_, tasks, unplaced = h.models(reads)
+		assert.Zero(t, unplaced)
 		assert.Equal(t, porcupine.Ok, check(taskModel, tasks))
 	})
 	t.Run("a departed requester's task left open", func(t *testing.T) {
