@@ -806,15 +806,15 @@ const catchUpTimeout = 2 * time.Second
 // without a leader, as while a server rejoins), so that what the
 // registry does not show may be there all the same.
 func (b *Broker) catchUp() bool {
-	if testHookCatchingUp != nil {
-		testHookCatchingUp()
-	}
 	c := &b.catching
 	c.mu.Lock()
 	if c.cond.L == nil {
 		c.cond.L = &c.mu
 	}
 	want := c.started + 1 // the first catch-up to start after now
+	if testHookCatchingUp != nil {
+		testHookCatchingUp() // under c.mu: the caller has chosen want
+	}
 	for c.done < want {
 		if c.running {
 			c.cond.Wait()

@@ -528,12 +528,17 @@ func TestClusterAFloodOfUnknownTokensSharesCatchUps(t *testing.T) {
 	c := newFakeCluster()
 	const n = 64
 	var waiting atomic.Int64
-	broker.OnCatchingUp(t, func() { waiting.Add(1) })
+	all := make(chan struct{})
+	broker.OnCatchingUp(t, func() {
+		if waiting.Add(1) == n {
+			close(all)
+		}
+	})
 	// The first catch-up lasts until every request waits for one.
 	c.syncHold = func() {
-		deadline := time.Now().Add(10 * time.Second)
-		for waiting.Load() < n && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second): // the count below then fails
 		}
 	}
 	b1 := c.broker(t, "b1")
