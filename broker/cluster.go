@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/store"
+	"github.com/a2a-bus/a2a-bus/transport"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -34,8 +35,9 @@ type Cluster struct {
 	Registry SharedRegistry
 	// Events numbers and keeps each session's notifications.
 	Events SharedEvents
-	// Leases tell which brokers are alive; an agent belongs to the broker
-	// it registered through (or that took it over), and is let go
+	// Leases tell which brokers are alive; an agent belongs to its
+	// host's broker (transport.Caller.HomeBroker, when live; else the
+	// broker it registered through, or that took it over), and is let go
 	// OrphanTimeout after that broker's lease lapsed.
 	Leases SharedLeases
 	// LeaseEvery is how often the broker renews its lease and looks at
@@ -534,6 +536,12 @@ func (b *Broker) startLeases(ctx context.Context) error {
 	if err := c.Leases.Renew(ctx, c.Broker); err != nil {
 		return fmt.Errorf("broker: take the broker's lease in the cluster: %w", err)
 	}
+	// The live brokers as of the start: a registration names its host's
+	// broker from the first request on (ownerFor).
+	if live, err := c.Leases.Live(ctx); err == nil {
+		live[c.Broker] = true
+		b.live.Store(&live)
+	}
 	every := c.LeaseEvery
 	if every <= 0 {
 		every = DefaultLeaseEvery
@@ -702,17 +710,64 @@ func (b *Broker) letGo(ctx context.Context, a *agent, from string, rev uint64) b
 	}
 }
 
-// adopt takes over a, an agent whose broker's lease has lapsed, when it
-// calls this broker: its registration names this broker from now on, so
-// that it is not let go while it lives. It runs once per agent, off the
-// caller's path. The registration is changed only as it was read: one
-// changed meanwhile (let go, registered again) is left as it is.
-func (b *Broker) adopt(a *agent) {
+// ownerFor is the broker an agent registered by the caller from belongs
+// to: the broker of the caller's own host, as its client names it, when
+// that broker's lease is live, else this broker. A host's agents so
+// live and die with its broker, whichever broker serves them; a host
+// that names none, or one that is not live (a typo, or its broker
+// restarting), gets the broker that serves it, whose lease holds.
+//
+// The leases are as of this broker's last look (LeaseEvery ago at
+// most); with fresh, a home not live then is looked up again, so that a
+// host whose broker started a moment ago registers with it.
+func (b *Broker) ownerFor(ctx context.Context, from transport.Caller, fresh bool) string {
+	own := b.cfg.Cluster.Broker
+	h := from.HomeBroker
+	if h == "" || h == own {
+		return own
+	}
+	if live := b.live.Load(); live != nil && (*live)[h] {
+		return h
+	}
+	if fresh {
+		if live, err := b.cfg.Cluster.Leases.Live(ctx); err == nil && live[h] {
+			return h
+		}
+	}
+	return own
+}
+
+// follow moves a, which has just called through from, to the broker it
+// should belong to when that is not the one it belongs to: to the
+// caller's own host's broker when the caller names one that is live (an
+// agent registered while its host's broker was away goes home), and to
+// this broker when the one it belongs to has lapsed (its host lived, its
+// broker did not). An agent whose broker lives and whose caller names no
+// live one stays where it is.
+func (b *Broker) follow(from transport.Caller, a *agent) {
 	b.reg.mu.RLock()
-	from := a.broker
+	cur := a.broker
 	b.reg.mu.RUnlock()
-	live := b.live.Load()
-	if live == nil || (*live)[from] || !a.adopting.CompareAndSwap(false, true) {
+	to := b.ownerFor(b.ctx, from, false)
+	if cur == "" || cur == to {
+		return
+	}
+	if to != from.HomeBroker {
+		// Not the caller's home: taken over only from a lapsed broker.
+		if live := b.live.Load(); live == nil || (*live)[cur] {
+			return
+		}
+	}
+	b.adopt(a, cur, to)
+}
+
+// adopt moves a from broker from to broker to: its registration names to
+// from now on, so that it is let go with to, not with from. It runs once
+// per agent at a time, off the caller's path. The registration is
+// changed only as it was read: one changed meanwhile (let go, taken
+// over, registered again) is left as it is.
+func (b *Broker) adopt(a *agent, from, to string) {
+	if !a.adopting.CompareAndSwap(false, true) {
 		return
 	}
 	// Under the lock Close cancels under: no goroutine starts once the
@@ -732,19 +787,19 @@ func (b *Broker) adopt(a *agent) {
 			if err != nil || cur.Broker != from || cur.TokenHash != tokenHashHex(a.tokenHash) {
 				return
 			}
-			cur.Broker = b.cfg.Cluster.Broker
+			cur.Broker = to
 			err = b.cfg.Cluster.Registry.PutRegistrationAt(b.ctx, *cur, rev)
 			if errors.Is(err, store.ErrChanged) && try < maxRegisterTries {
 				continue
 			}
 			if err != nil {
-				b.log.Warn("taking over an agent of a lapsed broker failed", "agentId", a.id, "error", err)
+				b.log.Warn("moving an agent to another broker failed", "agentId", a.id, "error", err)
 				return
 			}
 			b.reg.mu.Lock()
 			a.broker = cur.Broker
 			b.reg.mu.Unlock()
-			b.log.Info("agent of a lapsed broker taken over", "agentId", a.id, "contextId", a.session)
+			b.log.Info("agent moved to another broker", "agentId", a.id, "contextId", a.session, "from", from, "to", to)
 			return
 		}
 	})

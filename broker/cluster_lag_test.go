@@ -54,15 +54,7 @@ func (l *laggingWatch) Sync(context.Context) error {
 // brought up to date only by its Sync calls.
 func (c *fakeCluster) laggingBroker(t *testing.T, id string) *env {
 	t.Helper()
-	lag := &laggingWatch{fakeCluster: c}
-	cfg := broker.Config{Store: c}
-	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: lag, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
-	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
-		c.mu.Lock()
-		c.buses = append(c.buses, b)
-		c.mu.Unlock()
-		return b
-	})
+	return c.start(t, id, broker.Config{}, &laggingWatch{fakeCluster: c}, nil)
 }
 
 // An agent another broker registered a moment ago is an addressee at

@@ -49,6 +49,8 @@ type fakeCluster struct {
 	regMu  sync.Mutex
 	regSeq uint64
 	revs   map[string]uint64 // instance -> its registration's revision
+
+	homes map[string]string // session -> the broker of its host
 }
 
 // leaseTerm is how long a fake lease holds after its renewal.
@@ -90,7 +92,7 @@ type fakeLog struct {
 
 func newFakeCluster() *fakeCluster {
 	return &fakeCluster{Store: store.NewMemory(), names: map[string]string{}, watchers: map[int]func(string){}, logs: map[string]*fakeLog{},
-		renewed: map[string]time.Time{}, stopped: map[string]bool{}, revs: map[string]uint64{}}
+		renewed: map[string]time.Time{}, stopped: map[string]bool{}, revs: map[string]uint64{}, homes: map[string]string{}}
 }
 
 func (c *fakeCluster) notify(instance string) {
@@ -281,20 +283,20 @@ func (c *fakeCluster) broker(t *testing.T, id string) *env {
 
 func (c *fakeCluster) brokerWith(t *testing.T, id string, cfg broker.Config) *env {
 	t.Helper()
-	cfg.Store = c
-	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: c, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
-	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
-		c.mu.Lock()
-		c.buses = append(c.buses, b)
-		c.mu.Unlock()
-		return b
-	})
+	return c.start(t, id, cfg, c, nil)
 }
 
 // brokerOn starts a broker of c that reaches the cluster's registry
 // through reg (a view of c that a test steers) and its store through st
 // (c when nil).
 func (c *fakeCluster) brokerOn(t *testing.T, id string, cfg broker.Config, reg broker.SharedRegistry, st store.Store) *env {
+	t.Helper()
+	return c.start(t, id, cfg, reg, st)
+}
+
+// start starts a broker of c: it reaches the cluster's registry through
+// reg and its store through st (c when nil).
+func (c *fakeCluster) start(t *testing.T, id string, cfg broker.Config, reg broker.SharedRegistry, st store.Store) *env {
 	t.Helper()
 	cfg.Store = st
 	if st == nil {
@@ -305,8 +307,36 @@ func (c *fakeCluster) brokerOn(t *testing.T, id string, cfg broker.Config, reg b
 		c.mu.Lock()
 		c.buses = append(c.buses, b)
 		c.mu.Unlock()
-		return b
+		return homedBus{b, c}
 	})
+}
+
+// homedBus is a fake bus of c whose sessions' requests name their host's
+// broker, as a cluster's client does in its A2A-Broker header.
+type homedBus struct {
+	*fakebus.Bus
+	c *fakeCluster
+}
+
+func (h homedBus) Serve(next transport.Handler) error {
+	return h.Bus.Serve(transport.HandlerFunc(func(ctx context.Context, from transport.Caller, req []byte) []byte {
+		from.HomeBroker = h.c.homeOf(from.Session)
+		return next.ServeRPC(ctx, from, req)
+	}))
+}
+
+// livesWith says that session's host is broker's: its requests name
+// broker, whichever broker they go to.
+func (c *fakeCluster) livesWith(session, broker string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.homes[session] = broker
+}
+
+func (c *fakeCluster) homeOf(session string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.homes[session]
 }
 
 // nameHolder is the instance that holds agentID in the cluster ("" for
@@ -520,6 +550,68 @@ func TestClusterAnAgentThatCallsAnotherBrokerIsTakenOver(t *testing.T) {
 	_, err := alice.on(b2).update(task.ID, wire.StateCompleted, "done")
 	require.NoError(t, err)
 	assert.Contains(t, ids(bob.list()), "alice")
+}
+
+// An agent belongs to its host's broker, whichever broker serves it: a
+// host that dies with its broker has its agents let go though another
+// broker registered them, and a host that lives keeps its agents though
+// the broker that registered them died.
+func TestClusterAnAgentBelongsToItsHostsBroker(t *testing.T) {
+	c := newFakeCluster()
+	cfg := broker.Config{OrphanTimeout: 300 * time.Millisecond}
+	b1, b2 := c.brokerWith(t, "b1", cfg), c.brokerWith(t, "b2", cfg)
+	c.livesWith("s1", "b1")
+	c.livesWith("s2", "b2")
+	// Each host's registration lands on the other host's broker.
+	doomed := b2.register("s1", "doomed")
+	kept := b1.register("s2", "kept")
+	for _, a := range []*agent{doomed, kept} {
+		reg, err := c.Registration(context.Background(), a.instance)
+		require.NoError(t, err)
+		assert.Equal(t, map[*agent]string{doomed: "b1", kept: "b2"}[a], reg.Broker, "the broker %s belongs to", a.id)
+	}
+	seen(t, kept.on(b2), "doomed")
+	task := kept.on(b2).mustSend("doomed", "work")
+
+	// b1 dies with its host, s1's; kept was registered through b1.
+	require.NoError(t, b1.broker.Close())
+	c.lapse("b1")
+
+	// b2 lets doomed go: her task fails, and her name is free; kept
+	// stays, though she made no call since.
+	require.Eventually(t, func() bool {
+		_, err := c.Registration(context.Background(), doomed.instance)
+		return errors.Is(err, store.ErrNotFound)
+	}, 10*time.Second, 5*time.Millisecond, "the dead host's agent was never let go")
+	got, err := kept.on(b2).get(task.ID)
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateFailed, got.Status.State)
+	reg, err := c.Registration(context.Background(), kept.instance)
+	require.NoError(t, err, "the agent of the host that lives was let go")
+	assert.Equal(t, "b2", reg.Broker)
+	assert.Equal(t, "doomed", b2.register("s3", "doomed").id)
+}
+
+// A host that names a broker whose lease is not live (a typo, or its
+// broker away) has its agents belong to the broker that serves it; once
+// its broker is live, the agent's next call takes it home.
+func TestClusterAnAgentGoesHomeWhenItsHostsBrokerIsBack(t *testing.T) {
+	c := newFakeCluster()
+	b2 := c.broker(t, "b2")
+	c.livesWith("s1", "b3")
+	alice := b2.register("s1", "alice")
+	owner := func() string {
+		reg, err := c.Registration(context.Background(), alice.instance)
+		require.NoError(t, err)
+		return reg.Broker
+	}
+	assert.Equal(t, "b2", owner(), "registered while b3 was not live")
+
+	c.broker(t, "b3")
+	require.Eventually(t, func() bool {
+		alice.list() // a call names b3; b2 moves her once it sees b3 live
+		return owner() == "b3"
+	}, 10*time.Second, 5*time.Millisecond, "alice never went home to b3")
 }
 
 // A flood of unknown tokens costs the cluster a catch-up per round trip,

@@ -358,14 +358,11 @@ func (b *Broker) authenticate(from transport.Caller, token string) (*agent, *wir
 			return nil, errNotCaughtUp()
 		}
 	}
-	b.reg.mu.RLock()
-	foreign := a != nil && a.broker != "" && b.clustered() && a.broker != b.cfg.Cluster.Broker
-	b.reg.mu.RUnlock()
 	if a == nil {
 		return nil, errRevoked()
 	}
-	if foreign {
-		b.adopt(a)
+	if b.clustered() {
+		b.follow(from, a)
 	}
 	if from.Scope == transport.ScopeSession && a.session != from.Session {
 		return nil, wire.ErrUnauthorized.Withf("the token belongs to another session")
@@ -429,6 +426,9 @@ func (b *Broker) register(ctx context.Context, from transport.Caller, req *wire.
 	token := secret.Hex(32)
 	a := &agent{name: p.Card.Name, instance: p.InstanceID, session: p.ContextID, tokenHash: hashToken(token),
 		hidden: b.hiddenSession(p.ContextID)}
+	if b.clustered() {
+		a.broker = b.ownerFor(ctx, from, true)
+	}
 	card := *p.Card
 	at := wire.NewTime(b.cfg.Now())
 	card.ContextID, card.RegisteredAt = p.ContextID, &at
@@ -604,8 +604,7 @@ func (b *Broker) admitAt(ctx context.Context, a *agent, card *wire.AgentCard, re
 	var err error
 	if b.clustered() {
 		reg.TokenHash = tokenHashHex(a.tokenHash)
-		reg.Broker = b.cfg.Cluster.Broker
-		a.broker = reg.Broker
+		reg.Broker = a.broker
 		err = b.cfg.Cluster.Registry.PutRegistrationAt(ctx, reg, rev)
 		if err != nil && !errors.Is(err, store.ErrChanged) && b.landed(ctx, a) {
 			err = nil // the answer was lost, not the write

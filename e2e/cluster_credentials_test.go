@@ -143,7 +143,7 @@ func startCalloutBroker(c *testCluster, i int, seedFile string) {
 // calloutHost dials node i as a host: the hosts' user.
 func calloutHost(c *testCluster, i int) *natsbus.Client {
 	t := c.t
-	cl, err := natsbus.Dial(natsbus.ClientConfig{URL: withUser(c.nats.URL(i), calloutHostUser, calloutHostPass)})
+	cl, err := natsbus.Dial(natsbus.ClientConfig{URL: withUser(c.nats.URL(i), calloutHostUser, calloutHostPass), Broker: fmt.Sprintf("host%d", i)})
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })
 	return cl
@@ -188,7 +188,8 @@ func issuer(t *testing.T, c *testCluster, creds wire.SessionCredentials) int {
 // agent process does.
 func sessionClient(t *testing.T, c *testCluster, i int, creds wire.SessionCredentials, session string, noReconnect bool) *natsbus.Client {
 	t.Helper()
-	cl, err := natsbus.Dial(natsbus.ClientConfig{URL: c.nats.URL(i), User: creds.User, Password: creds.Password, Session: session, NoReconnect: noReconnect})
+	cl, err := natsbus.Dial(natsbus.ClientConfig{URL: c.nats.URL(i), User: creds.User, Password: creds.Password, Session: session, NoReconnect: noReconnect,
+		Broker: fmt.Sprintf("host%d", i)})
 	require.NoError(t, err, "node %d refused the session credential", i)
 	t.Cleanup(func() { cl.Close() })
 	return cl

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/a2a-bus/a2a-bus/internal/connfile"
 	"github.com/a2a-bus/a2a-bus/internal/natscluster"
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
 	"github.com/a2a-bus/a2a-bus/natsbus"
@@ -104,10 +105,14 @@ func (c *testCluster) stopBroker(i int) {
 	}
 }
 
-// host dials node i as a host does.
+// host dials node i as a host does, naming its host's broker as that
+// broker's connection file does.
 func (c *testCluster) host(i int) *natsbus.Client {
 	t := c.t
-	cl, err := natsbus.Dial(natsbus.ClientConfig{URL: c.nats.URL(i), Token: clusterToken})
+	info, err := connfile.Read(filepath.Join(c.dir, fmt.Sprintf("b%d.json", i)))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("host%d", i), info.Broker, "the broker's name in its connection file")
+	cl, err := natsbus.Dial(natsbus.ClientConfig{URL: c.nats.URL(i), Token: clusterToken, Broker: info.Broker})
 	require.NoError(t, err)
 	t.Cleanup(func() { cl.Close() })
 	return cl

@@ -318,7 +318,11 @@ func (b *Bus) Serve(h transport.Handler) error {
 	}
 	for _, subj := range []string{RPCPrefix + "*", HostRPC} {
 		sub, err := b.nc.QueueSubscribe(subj, b.cfg.QueueGroup, func(m *nats.Msg) {
-			b.dispatch(h, inbound{subject: m.Subject, reply: m.Reply, data: m.Data, publish: b.nc.Publish}, b.server == nil)
+			in := inbound{subject: m.Subject, reply: m.Reply, data: m.Data, publish: b.nc.Publish}
+			if m.Header != nil {
+				in.home = m.Header.Get(BrokerHeader)
+			}
+			b.dispatch(h, in, b.server == nil)
 		})
 		if err != nil {
 			return fmt.Errorf("natsbus: subscribe %s: %w", subj, err)
@@ -382,7 +386,7 @@ func (b *Bus) dispatch(h transport.Handler, m inbound, bySession bool) {
 			refuse("host request with a reply subject outside _INBOX. ignored")
 			return
 		}
-		from = transport.Caller{Scope: transport.ScopeHost}
+		from = transport.Caller{Scope: transport.ScopeHost, HomeBroker: m.homeBroker()}
 	} else {
 		token := strings.TrimPrefix(m.subject, RPCPrefix)
 		if !strings.HasPrefix(m.reply, InboxPrefix+token+".") {
@@ -394,7 +398,7 @@ func (b *Bus) dispatch(h transport.Handler, m inbound, bySession bool) {
 			answer(wire.ErrorResponse(requestID(m.data), wire.ErrInvalidRequest.Withf("subject %q does not name a session canonically", m.subject)))
 			return
 		}
-		from = transport.Caller{Scope: transport.ScopeSession, Session: session}
+		from = transport.Caller{Scope: transport.ScopeSession, Session: session, HomeBroker: m.homeBroker()}
 		if bySession {
 			key = session
 		}

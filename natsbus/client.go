@@ -36,6 +36,15 @@ type ClientConfig struct {
 	User, Password, Session string
 	// CredsFile is a NATS credentials file, for an external server.
 	CredsFile string
+	// Broker names, on a cluster, the broker of this client's own host
+	// (its --broker-name; the connection file's "broker"): every request
+	// carries it in the A2A-Broker header, so that the agents registered
+	// through this client belong to that broker, whichever broker serves
+	// them, and are let go when it is gone for the orphan timeout, as the
+	// host with it is taken for dead (docs/PROTOCOL.md §13). "" names
+	// none: an agent then belongs to the broker that served its
+	// registration.
+	Broker string
 	// MaxMessageBytes is the largest request Call sends; a larger one is
 	// transport.ErrTooLarge. 0 means wire.DefaultMaxMessageBytes.
 	MaxMessageBytes int
@@ -82,6 +91,9 @@ func (c ClientConfig) Validate() error {
 	}
 	if c.User != "" && c.Session == "" {
 		errs = append(errs, fmt.Errorf("%w: a session credential needs its Session", ErrBadConfig))
+	}
+	if c.Broker != "" && !ValidBrokerName(c.Broker) {
+		errs = append(errs, fmt.Errorf("%w: Broker %q: 1 to 64 letters, digits, - or _", ErrBadConfig, c.Broker))
 	}
 	return errors.Join(errs...)
 }
@@ -150,6 +162,7 @@ var ErrWrongSession = errors.New("natsbus: the credential belongs to another ses
 type Client struct {
 	cfg     ClientConfig
 	nc      *nats.Conn
+	header  nats.Header // every request's (read-only), or nil
 	log     *slog.Logger
 	onClose func()
 
@@ -436,6 +449,9 @@ func Dial(cfg ClientConfig) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, sessions: map[*session]struct{}{},
 		inbox: make(chan *nats.Msg, cfg.inboxSize()), routes: map[*nats.Subscription]*fanout.Sub{},
 		byEvents: map[string]map[*fanout.Sub]struct{}{}, gone: make(chan struct{})}
+	if cfg.Broker != "" {
+		c.header = nats.Header{BrokerHeader: []string{cfg.Broker}}
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.link, c.linkDown = context.WithCancel(c.ctx)
 	opts := []nats.Option{
@@ -714,13 +730,16 @@ func (c *Client) roundTrip(ctx, scope, link context.Context, subject, inbox stri
 		defer stop()
 		stopLink := context.AfterFunc(link, cancel)
 		defer stopLink()
+		if c.header != nil {
+			return c.nc.RequestMsgWithContext(rctx, &nats.Msg{Subject: subject, Header: c.header, Data: data})
+		}
 		return c.nc.RequestWithContext(rctx, subject, data)
 	}
 	replies, err := c.replyMux()
 	if err != nil {
 		return nil, err
 	}
-	return replies.request(ctx, scope, link, c.nc, subject, inbox, data)
+	return replies.request(ctx, scope, link, c.nc, subject, inbox, c.header, data)
 }
 
 func (c *Client) replyMux() (*replyMux, error) {

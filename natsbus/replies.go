@@ -69,7 +69,7 @@ var errRequestEnded = errors.New("natsbus: the request ended")
 // waits for the reply, as nats.Conn.RequestWithContext does, until ctx,
 // scope or link ends: selecting on the three costs no context of its
 // own.
-func (m *replyMux) request(ctx, scope, link context.Context, nc *nats.Conn, subject, inbox string, data []byte) (*nats.Msg, error) {
+func (m *replyMux) request(ctx, scope, link context.Context, nc *nats.Conn, subject, inbox string, header nats.Header, data []byte) (*nats.Msg, error) {
 	ch := make(chan *nats.Msg, 1)
 	var name [128]byte
 	subj := append(append(append(append(name[:0], inbox...), '.'), m.id...), '.')
@@ -83,7 +83,13 @@ func (m *replyMux) request(ctx, scope, link context.Context, nc *nats.Conn, subj
 		delete(m.waiting, reply)
 		m.mu.Unlock()
 	}()
-	if err := nc.PublishRequest(subject, reply, data); err != nil {
+	var err error
+	if header != nil {
+		err = nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: header, Data: data})
+	} else {
+		err = nc.PublishRequest(subject, reply, data)
+	}
+	if err != nil {
 		return nil, err
 	}
 	for {

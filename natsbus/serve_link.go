@@ -58,6 +58,17 @@ type inbound struct {
 	data           []byte
 	// publish sends a message on the connection the request came by.
 	publish func(subject string, data []byte) error
+	// home is the request's A2A-Broker header, as it came.
+	home string
+}
+
+// homeBroker is the broker the request's A2A-Broker header names, or ""
+// when it names none or is not a broker's name.
+func (m inbound) homeBroker() string {
+	if !ValidBrokerName(m.home) {
+		return ""
+	}
+	return m.home
 }
 
 // linkConfig is what dialLink needs: the credential and name the link

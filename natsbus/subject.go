@@ -18,7 +18,28 @@ const (
 	EventsSuffix = ".events"
 	// InboxPrefix + <T> is the inbox prefix a session credential must use.
 	InboxPrefix = "_INBOX."
+	// BrokerHeader, on a request in a cluster, names the broker of the
+	// caller's own host (docs/PROTOCOL.md §13): the agents it registers
+	// belong to that broker, and are let go when that broker's lease
+	// lapses, as the host with it is taken for dead.
+	BrokerHeader = "A2A-Broker"
 )
+
+// ValidBrokerName reports whether name can name a broker of a cluster:
+// 1 to 64 letters, digits, - or _.
+func ValidBrokerName(name string) bool {
+	if len(name) == 0 || len(name) > 64 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // plainToken reports whether s matches ^[A-Za-z0-9_-]{1,128}$ (a loop:
 // this runs on every request and event, and a regexp was 3% of a push).

@@ -72,6 +72,12 @@ type Caller struct {
 	// subject, whose publish permission the server enforces), so the
 	// broker refuses a token or contextId of another session.
 	Session string
+	// HomeBroker is, in a cluster, the broker of the caller's own host as
+	// the caller's client names it (NATS: the A2A-Broker header,
+	// docs/PROTOCOL.md §13), or "" when it names none. The bus does not
+	// vouch for it: it says which broker the caller's agents belong to,
+	// which is the caller's own business.
+	HomeBroker string
 }
 
 // Handler serves requests. The broker is the Handler.

@@ -14,12 +14,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/cluster"
 )
 
-var (
-	brokerNameRE    = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-	notBrokerNameRE = regexp.MustCompile(`[^A-Za-z0-9_-]`)
-)
-
-func validBrokerName(name string) bool { return brokerNameRE.MatchString(name) }
+var notBrokerNameRE = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 
 // defaultBrokerName is the host's name, as a broker name: the same
 // across the broker's restarts on the host.

@@ -268,7 +268,7 @@ func (o *serveOptions) validate() error {
 		if o.replicas < 1 || o.replicas > 5 {
 			return usageErrorf("--replicas: 1 to 5")
 		}
-		if !validBrokerName(o.brokerName) {
+		if !natsbus.ValidBrokerName(o.brokerName) {
 			return usageErrorf("--broker-name: %q: 1 to 64 letters, digits, - or _", o.brokerName)
 		}
 	default:
@@ -438,6 +438,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	}
 	if shared != nil {
 		cfg.Cluster = shared.Broker()
+		info.Broker = cfg.Cluster.Broker
 	}
 	// The host issues the gateway's client credentials through the
 	// broker's host methods (PROTOCOL.md §12).

@@ -29,6 +29,10 @@ type Info struct {
 	// (serve --a2a-listen); absent when it is off.
 	A2AURL   string `json:"a2aUrl,omitempty"`
 	A2AToken string `json:"a2aToken,omitempty"`
+	// Broker is, in a cluster (serve --state=jetstream), the broker's
+	// name, which its host's clients name in every request
+	// (natsbus.ClientConfig.Broker).
+	Broker string `json:"broker,omitempty"`
 }
 
 // ErrRunning is returned by Claim when a live broker holds the file.
