@@ -550,7 +550,7 @@ func (b *Broker) startLeases(ctx context.Context) error {
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		lapsed := map[string]time.Time{} // broker -> when first seen lapsed
-		for {
+		for n := 0; ; n++ {
 			select {
 			case <-b.ctx.Done():
 				return
@@ -560,9 +560,63 @@ func (b *Broker) startLeases(ctx context.Context) error {
 				b.log.Warn("renewing the broker's lease failed", "error", err)
 			}
 			b.sweepLapsed(lapsed)
+			if n%departedEvery == 0 {
+				b.sweepDeparted()
+			}
 		}
 	})
 	return nil
+}
+
+// departedEvery is how many lease renewals apart the broker looks for
+// the open tasks of agents that left (a minute, by default), and the
+// first look is at the first renewal.
+const departedEvery = 60
+
+// sweepDeparted closes the open tasks of members whose registrations are
+// gone from the cluster, as their departure would have: a departure
+// deletes the registration before it closes the tasks, so a broker that
+// dies in between leaves them open, and no one else would close them.
+// A member is taken for gone only on the cluster's latest word (a
+// leader read), never on this broker's copy, which may lag a
+// registration made a moment ago; a departure still under way elsewhere
+// closes the same tasks, and each task is closed once (the second finds
+// it ended).
+func (b *Broker) sweepDeparted() {
+	type member struct{ instance, session string }
+	seen := map[string]bool{}
+	var gone []member
+	err := b.eachPage(b.ctx, store.Query{OpenOnly: true}, func(recs []*store.Record) error {
+		for _, r := range recs {
+			for _, m := range []member{{r.RequesterInstance, r.Task.ContextID}, {r.AssigneeInstance, r.Task.AgentContextID}} {
+				if seen[m.instance] {
+					continue
+				}
+				seen[m.instance] = true
+				if b.reg.liveInstance(m.instance) == nil {
+					gone = append(gone, m)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		if b.ctx.Err() == nil {
+			b.log.Warn("listing the open tasks failed; the departed agents' tasks are looked for again later", "error", err)
+		}
+		return
+	}
+	for _, m := range gone {
+		_, err := b.cfg.Cluster.Registry.Registration(b.ctx, m.instance)
+		if !errors.Is(err, store.ErrNotFound) {
+			continue // registered (this broker's copy lags), or not known now
+		}
+		if werr := b.closeTasksOf(b.ctx, m.instance, m.session); werr != nil {
+			b.log.Warn("closing a departed agent's tasks failed; trying again later", "instanceId", m.instance, "error", werr.Message)
+			continue
+		}
+		b.log.Info("the open tasks of an agent whose departure was cut short are closed", "instanceId", m.instance, "contextId", m.session)
+	}
 }
 
 // sweepLapsed looks for the agents of brokers whose leases lapsed, and

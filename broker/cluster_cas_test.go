@@ -324,3 +324,50 @@ func TestClusterARegistrationWhoseAnswerWasLostKeepsItsName(t *testing.T) {
 	assert.Equal(t, tokenHash(a.token), reg.TokenHash)
 	assert.Equal(t, "alice-instance", c.nameHolder("alice"), "the name of a stored registration is free")
 }
+
+// A deregistration deletes the registration, then closes the agent's
+// open tasks. When the closings fail (the task stream out of reach from
+// that broker, or the broker dies in between), the tasks would stay open
+// for ever with a member that is gone, and count against their
+// requester's cap: another broker, looking for the open tasks of members
+// whose registrations are gone, closes them as the departure would have,
+// and tells the other member.
+func TestClusterTheTasksOfADepartureCutShortAreClosedByAnotherBroker(t *testing.T) {
+	c := newFakeCluster()
+	var tries atomic.Int64
+	b1 := c.brokerOn(t, "b1", broker.Config{}, c, failingUpdates{c, &tries})
+	b2 := c.broker(t, "b2")
+	alice := b2.register("s1", "alice")
+	bob := b2.register("s2", "bob")
+	asked := bob.mustSend("alice", "work")
+	asking := alice.mustSend("bob", "work too")
+	b2.event("s1") // the task alice was sent
+	b2.event("s2") // the task bob was sent
+
+	requireCode(t, alice.on(b1).tryDeregister(), wire.ErrInternal)
+	require.Positive(t, tries.Load(), "b1 never tried to close alice's tasks")
+	_, err := c.Registration(context.Background(), alice.instance)
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	for id, want := range map[string]wire.State{asked.ID: wire.StateFailed, asking.ID: wire.StateCanceled} {
+		require.Eventually(t, func() bool {
+			rec, err := c.Get(context.Background(), id)
+			return err == nil && rec.Task.Status.State == want
+		}, 10*time.Second, 5*time.Millisecond, "the task %s of an agent whose departure was cut short stays open", id)
+	}
+	// bob hears of both, once each.
+	got := map[string]wire.State{}
+	for range 2 {
+		select {
+		case raw := <-b2.session("s2").sub.C():
+			ev, err := wire.DecodeEvent(raw)
+			require.NoError(t, err)
+			require.NotNil(t, ev.TaskEvent, "%s", raw)
+			got[ev.TaskEvent.TaskID] = ev.TaskEvent.Task.Status.State
+		case <-time.After(10 * time.Second):
+			t.Fatalf("bob was told of %d of the 2 closings", len(got))
+		}
+	}
+	assert.Equal(t, map[string]wire.State{asked.ID: wire.StateFailed, asking.ID: wire.StateCanceled}, got)
+	b2.noEvent("s2")
+}
