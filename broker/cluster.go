@@ -583,40 +583,71 @@ const departedEvery = 60
 // closes the same tasks, and each task is closed once (the second finds
 // it ended).
 func (b *Broker) sweepDeparted() {
-	type member struct{ instance, session string }
-	seen := map[string]bool{}
-	var gone []member
-	err := b.eachPage(b.ctx, store.Query{OpenOnly: true}, func(recs []*store.Record) error {
-		for _, r := range recs {
-			for _, m := range []member{{r.RequesterInstance, r.Task.ContextID}, {r.AssigneeInstance, r.Task.AgentContextID}} {
-				if seen[m.instance] {
-					continue
+	members, err := b.openMembers(b.ctx)
+	if err != nil {
+		if b.ctx.Err() == nil {
+			b.log.Warn("listing the open tasks' members failed; the departed agents' tasks are looked for again later", "error", err)
+		}
+		return
+	}
+	for _, inst := range members {
+		if b.reg.liveInstance(inst) != nil {
+			continue
+		}
+		_, err := b.cfg.Cluster.Registry.Registration(b.ctx, inst)
+		if !errors.Is(err, store.ErrNotFound) {
+			continue // registered (this broker's copy lags), or not known now
+		}
+		var failed *wire.Error
+		closed := 0
+		err = b.eachPage(b.ctx, store.Query{Instance: inst, OpenOnly: true}, func(recs []*store.Record) error {
+			for _, rec := range recs {
+				session := rec.Task.ContextID
+				if rec.AssigneeInstance == inst {
+					session = rec.Task.AgentContextID
 				}
-				seen[m.instance] = true
-				if b.reg.liveInstance(m.instance) == nil {
-					gone = append(gone, m)
+				b.closeTasks(b.ctx, []*store.Record{rec}, inst, session, &failed)
+				closed++
+			}
+			return nil
+		})
+		if err == nil && failed != nil {
+			err = failed
+		}
+		switch {
+		case err != nil:
+			if b.ctx.Err() == nil {
+				b.log.Warn("closing a departed agent's tasks failed; trying again later", "instanceId", inst, "error", err)
+			}
+		case closed > 0:
+			b.log.Info("the open tasks of an agent whose departure was cut short are closed", "instanceId", inst, "tasks", closed)
+		}
+	}
+}
+
+// openMembers returns the instances that are members of an open task:
+// from the store's index when it can tell them without reading the
+// tasks (the cluster's), else from the open tasks.
+func (b *Broker) openMembers(ctx context.Context) ([]string, error) {
+	if s, ok := b.store.(interface {
+		OpenMembers(context.Context) ([]string, error)
+	}); ok {
+		return s.OpenMembers(ctx)
+	}
+	seen := map[string]bool{}
+	var out []string
+	err := b.eachPage(ctx, store.Query{OpenOnly: true}, func(recs []*store.Record) error {
+		for _, r := range recs {
+			for _, inst := range []string{r.RequesterInstance, r.AssigneeInstance} {
+				if !seen[inst] {
+					seen[inst] = true
+					out = append(out, inst)
 				}
 			}
 		}
 		return nil
 	})
-	if err != nil {
-		if b.ctx.Err() == nil {
-			b.log.Warn("listing the open tasks failed; the departed agents' tasks are looked for again later", "error", err)
-		}
-		return
-	}
-	for _, m := range gone {
-		_, err := b.cfg.Cluster.Registry.Registration(b.ctx, m.instance)
-		if !errors.Is(err, store.ErrNotFound) {
-			continue // registered (this broker's copy lags), or not known now
-		}
-		if werr := b.closeTasksOf(b.ctx, m.instance, m.session); werr != nil {
-			b.log.Warn("closing a departed agent's tasks failed; trying again later", "instanceId", m.instance, "error", werr.Message)
-			continue
-		}
-		b.log.Info("the open tasks of an agent whose departure was cut short are closed", "instanceId", m.instance, "contextId", m.session)
-	}
+	return out, err
 }
 
 // sweepLapsed looks for the agents of brokers whose leases lapsed, and

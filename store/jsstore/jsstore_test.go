@@ -121,6 +121,7 @@ func TestOnACluster(t *testing.T) {
 		fn   func(*testing.T, *cluster)
 	}{
 		{"AnotherNodesStoreReadsWhatOneAcknowledged", testReopen},
+		{"OpenMembersAreTheMembersOfOpenTasks", testOpenMembers},
 		{"AReadSeesAnUpdateAcknowledgedOnAnotherNode", testReadYourWritesAcrossNodes},
 		{"ARefusalIsJudgedOnTheTaskAsItIs", testRefusalJudgedOnTheTaskAsItIs},
 		{"ExactlyOneOfConcurrentClaimsOfANameWins", testNames},

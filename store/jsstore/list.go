@@ -114,6 +114,38 @@ func (h *maxHeap) Pop() any {
 	return x
 }
 
+// OpenMembers returns the instances that are members of an open task,
+// each once, as the open index's key names tell them: no task is read.
+// A task closed within the last markerTTL may still count.
+func (s *Store) OpenMembers(ctx context.Context) ([]string, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	seen := map[string]bool{}
+	var out []string
+	err := s.tasks.keys(ctx, "o.*.*.*", func(key string) error {
+		tok := strings.Split(key, ".")
+		if len(tok) != 4 {
+			return fmt.Errorf("%w: an open index key %q", ErrCorrupt, key)
+		}
+		inst, err := dec(tok[1])
+		if err != nil {
+			return err
+		}
+		if !seen[inst] {
+			seen[inst] = true
+			out = append(out, inst)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // List page sizes: the ids taken from the index per round, and the
 // tasks read at once.
 const (
