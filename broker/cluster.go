@@ -82,8 +82,10 @@ type SharedRegistry interface {
 	// the order they were stored. fn must not block for long.
 	WatchRegistrations(ctx context.Context, fn func(instance string)) (stop func(), err error)
 	// Sync returns once the watch has called fn for every change stored
-	// before Sync was called.
-	Sync(ctx context.Context) error
+	// before Sync was called, with the instances whose registrations are
+	// stored as of then (one removed a moment before may be among them),
+	// against which the broker checks its copy.
+	Sync(ctx context.Context) (stored map[string]bool, err error)
 }
 
 // SharedEvents keeps each session's notifications for the cluster and
@@ -130,6 +132,20 @@ func (b *Broker) startMirror(ctx context.Context) error {
 			return fmt.Errorf("broker: read the cluster's registration of %q: %w", instance, err)
 		}
 	}
+	// The copy is checked against the cluster now and then, not only
+	// when a request catches up (checkCopy).
+	b.wg.Go(func() {
+		tick := time.NewTicker(copyCheckEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-b.ctx.Done():
+				return
+			case <-tick.C:
+				b.catchUp()
+			}
+		}
+	})
 	b.wg.Go(func() {
 		for {
 			select {
@@ -924,6 +940,41 @@ func (b *Broker) closeIfDeparted(ctx context.Context, rec *store.Record) {
 	}
 }
 
+// copyCheckEvery is how often the broker checks its copy of the
+// registrations against the cluster's, besides the catch-ups requests
+// ask for.
+const copyCheckEvery = 30 * time.Second
+
+// checkCopy notes, to be brought in line, every instance the registry's
+// copy holds that the cluster does not store, and every one stored that
+// the copy does not hold. The watch tells each change, and the copy
+// follows it; this is the check that whatever went wrong on the way (a
+// change the watch could not tell, a read that answered from before the
+// change) is mended at the next catch-up, not kept for ever.
+func (b *Broker) checkCopy(stored map[string]bool) {
+	var off []string
+	b.reg.mu.RLock()
+	for instance := range b.reg.byInstance {
+		if !stored[instance] {
+			off = append(off, instance)
+		}
+	}
+	for instance := range stored {
+		if b.reg.byInstance[instance] == nil {
+			off = append(off, instance)
+		}
+	}
+	b.reg.mu.RUnlock()
+	if len(off) == 0 {
+		return
+	}
+	m := &b.mirrorState
+	for _, instance := range off {
+		m.note(instance)
+	}
+	m.signal()
+}
+
 // catchUpTimeout bounds how long a request with a token the registry does
 // not know waits for the cluster's latest registrations.
 const catchUpTimeout = 2 * time.Second
@@ -990,10 +1041,12 @@ type catchUps struct {
 func (b *Broker) syncRegistry() bool {
 	ctx, cancel := context.WithTimeout(b.ctx, catchUpTimeout)
 	defer cancel()
-	if err := b.cfg.Cluster.Registry.Sync(ctx); err != nil {
+	stored, err := b.cfg.Cluster.Registry.Sync(ctx)
+	if err != nil {
 		b.log.Debug("catching up with the cluster's registrations failed", "error", err)
 		return false
 	}
+	b.checkCopy(stored)
 	// An instance whose agentId another held here waits for that one,
 	// which is noted: a next round brings it in, then the instance.
 	m := &b.mirrorState

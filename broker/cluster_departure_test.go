@@ -114,7 +114,8 @@ func TestClusterACatchUpWaitsForTheRegistrationsTheMirrorIsBringingIn(t *testing
 	// b2's watch tells it of alice; its mirror takes her in, and is
 	// held as it comes to lock her instance.
 	held.Store(alice.instance)
-	require.NoError(t, watch.Sync(context.Background()))
+	_, err := watch.Sync(context.Background())
+	require.NoError(t, err)
 	<-taken
 	done := make(chan error, 1)
 	go func() {
@@ -247,9 +248,9 @@ type switchedWatch struct {
 	stalled *atomic.Bool
 }
 
-func (s *switchedWatch) Sync(ctx context.Context) error {
+func (s *switchedWatch) Sync(ctx context.Context) (map[string]bool, error) {
 	if s.stalled.Load() {
-		return errors.New("the registrations' stream has no leader")
+		return nil, errors.New("the registrations' stream has no leader")
 	}
 	return s.laggingWatch.Sync(ctx)
 }

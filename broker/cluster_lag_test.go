@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func (l *laggingWatch) WatchRegistrations(ctx context.Context, fn func(string)) 
 	})
 }
 
-func (l *laggingWatch) Sync(context.Context) error {
+func (l *laggingWatch) Sync(ctx context.Context) (map[string]bool, error) {
 	l.mu.Lock()
 	pending, fn := l.pending, l.fn
 	l.pending = nil
@@ -47,7 +48,7 @@ func (l *laggingWatch) Sync(context.Context) error {
 	for _, instance := range pending {
 		fn(instance)
 	}
-	return nil
+	return l.stored(ctx)
 }
 
 // laggingBroker starts a broker of c whose copy of the registrations is
@@ -112,4 +113,48 @@ func TestClusterClosingASessionDeregistersItsAgentRegisteredElsewhereAMomentAgo(
 	assert.ErrorIs(t, err, store.ErrNotFound, "the closed session's agent is still registered in the cluster")
 	requireCode(t, helper.tryDeregister(), wire.ErrUnauthorized)
 	assert.Empty(t, c.nameHolder("helper"), "the closed session's agent's name is still taken")
+}
+
+// deafWatch is one broker's view of a fakeCluster whose watch never
+// tells the changes of one instance: a change lost on the way, or read
+// from before it was made.
+type deafWatch struct {
+	*fakeCluster
+	deaf atomic.Pointer[string]
+}
+
+func (d *deafWatch) WatchRegistrations(ctx context.Context, fn func(string)) (func(), error) {
+	return d.fakeCluster.WatchRegistrations(ctx, func(instance string) {
+		if deaf := d.deaf.Load(); deaf == nil || instance != *deaf {
+			fn(instance)
+		}
+	})
+}
+
+// A copy that missed a change (alice left through another broker, and
+// this broker's watch never told it) is mended at the next catch-up,
+// which checks the copy against the instances the cluster stores: the
+// list the catch-up comes before does not show alice, and her token
+// stops working here.
+func TestClusterACopyThatMissedAChangeIsMendedAtTheNextCatchUp(t *testing.T) {
+	c := newFakeCluster()
+	b1 := c.broker(t, "b1")
+	alice := b1.register("s1", "alice")
+	bob := b1.register("s2", "bob")
+	watch := &deafWatch{fakeCluster: c}
+	b2 := c.start(t, "b2", broker.Config{}, watch, nil)
+	require.Contains(t, ids(bob.on(b2).list()), "alice")
+	stale := alice.on(b2)
+	watch.deaf.Store(&alice.instance)
+
+	require.NoError(t, alice.deregister())
+	assert.NotContains(t, ids(bob.on(b2).list()), "alice", "b2's copy kept an agent that left")
+	requireCode(t, stale.tryDeregister(), wire.ErrUnauthorized)
+
+	// And the other way: carol, registered through b1 under the deaf
+	// instance id, reaches b2's copy all the same.
+	carol := b1.registerInstance("s1", "carol", alice.instance)
+	assert.Contains(t, ids(bob.on(b2).list()), "carol")
+	_, err := carol.on(b2).call(wire.MethodListAgents, nil)
+	require.NoError(t, err)
 }

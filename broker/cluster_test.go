@@ -222,11 +222,24 @@ func (c *fakeCluster) WatchRegistrations(ctx context.Context, fn func(string)) (
 // Sync has nothing to wait for: the fake's watch is called before a
 // change returns (laggingBroker's watch has). It counts its calls;
 // syncHold holds the first.
-func (c *fakeCluster) Sync(context.Context) error {
+func (c *fakeCluster) Sync(ctx context.Context) (map[string]bool, error) {
 	if c.syncs.Add(1) == 1 && c.syncHold != nil {
 		c.syncHold()
 	}
-	return nil
+	return c.stored(ctx)
+}
+
+// stored is the instances whose registrations are stored.
+func (c *fakeCluster) stored(ctx context.Context) (map[string]bool, error) {
+	regs, err := c.Store.Registrations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, r := range regs {
+		out[r.Instance] = true
+	}
+	return out, nil
 }
 
 func (c *fakeCluster) Append(_ context.Context, session string, build func(uint64) ([]byte, error)) (uint64, error) {

@@ -46,7 +46,7 @@ const relistEvery = 30 * time.Second
 // connection was cut for longer than a removal marker lives (the
 // consumer resumes after the marker is gone). Telling an instance more
 // often than needed is harmless: the caller reads what is stored.
-func (s *Store) relist(ctx context.Context, w *regWatch) error {
+func (s *Store) relist(ctx context.Context, w *regWatch) (map[string]bool, error) {
 	now := map[string]bool{}
 	if err := s.agents.keys(ctx, "r.*", func(key string) error {
 		if instance, err := lastToken(key); err == nil {
@@ -54,7 +54,7 @@ func (s *Store) relist(ctx context.Context, w *regWatch) error {
 		}
 		return nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	var tell []string
 	w.mu.Lock()
@@ -73,7 +73,7 @@ func (s *Store) relist(ctx context.Context, w *regWatch) error {
 	for _, instance := range tell {
 		w.fn(instance)
 	}
-	return nil
+	return now, nil
 }
 
 // WatchRegistrations calls fn with the instance of every stored
@@ -154,7 +154,7 @@ func (s *Store) WatchRegistrations(ctx context.Context, fn func(instance string)
 			case <-t.C:
 			}
 			rctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-			_ = s.relist(rctx, w) // the next round tries again
+			_, _ = s.relist(rctx, w) // the next round tries again
 			cancel()
 		}
 	})
@@ -171,17 +171,19 @@ func (s *Store) WatchRegistrations(ctx context.Context, fn func(instance string)
 
 // Sync returns once the watch (WatchRegistrations) has delivered every
 // registration change stored before Sync was called, a removal it could
-// not deliver as one (see relist) included.
-func (s *Store) Sync(ctx context.Context) error {
+// not deliver as one (see relist) included, with the instances whose
+// registrations are stored then (those removed within a marker's life
+// included).
+func (s *Store) Sync(ctx context.Context) (map[string]bool, error) {
 	if err := s.enter(); err != nil {
-		return err
+		return nil, err
 	}
 	defer s.leave()
 	s.mu.RLock()
 	w := s.watch
 	s.mu.RUnlock()
 	if w == nil {
-		return errors.New("jsstore: Sync without WatchRegistrations")
+		return nil, errors.New("jsstore: Sync without WatchRegistrations")
 	}
 	var last uint64
 	err := s.retry(ctx, "read the latest registration", func(ctx context.Context) error {
@@ -197,7 +199,7 @@ func (s *Store) Sync(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for {
 		w.mu.Lock()
@@ -209,7 +211,7 @@ func (s *Store) Sync(ctx context.Context) error {
 		select {
 		case <-moved:
 		case <-ctx.Done():
-			return fmt.Errorf("jsstore: wait for the registrations' watch: %w", ctx.Err())
+			return nil, fmt.Errorf("jsstore: wait for the registrations' watch: %w", ctx.Err())
 		}
 	}
 	// A removal whose marker expired before the watch came to it (its

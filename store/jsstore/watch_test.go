@@ -157,7 +157,8 @@ func TestAWatchCutLongerThanARemovalMarkerLivesStillTellsTheRemoval(t *testing.T
 
 	p.mend()
 	waitFor(t, "the watched store's connection is back", cutConn.IsConnected)
-	require.NoError(t, watched.Sync(ctx))
+	_, err = watched.Sync(ctx)
+	require.NoError(t, err)
 	waitFor(t, "the watch tells the registration stored after the cut", func() bool { return count("later") > 0 })
 
 	assert.Equal(t, 2, count("gone"),
