@@ -37,8 +37,6 @@ type fakeCluster struct {
 	nextW    int
 	logs     map[string]*fakeLog
 	buses    []*fakebus.Bus
-	lagging  bool     // the watch tells changes only at a Sync
-	unsaid   []string // the changes it has not told
 	syncs    atomic.Int64
 	syncHold func()               // holds the first Sync
 	renewed  map[string]time.Time // broker -> last renewal

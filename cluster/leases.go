@@ -84,15 +84,3 @@ func (l *leases) Live(ctx context.Context) (map[string]bool, error) {
 	}
 	return live, nil
 }
-
-// epochKey is the key of the cluster's epoch in the meta bucket.
-const epochKey = "epoch"
-
-// epoch returns the cluster's epoch, made by the first broker that asks.
-func epoch(ctx context.Context, kv jetstream.KeyValue, fresh string) (string, error) {
-	e, err := createOrGet(ctx, kv, epochKey, fresh)
-	if err != nil {
-		return "", fmt.Errorf("cluster: the cluster's epoch: %w", err)
-	}
-	return e, nil
-}
