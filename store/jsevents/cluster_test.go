@@ -432,3 +432,24 @@ func BenchmarkClusterAppend(b *testing.B) {
 		})
 	})
 }
+
+// A Log opened while a node of the cluster is offline (just started, or
+// restarting) cannot place the stream's three replicas yet: Open waits
+// for the node, as it waits for a meta leader, instead of failing.
+func TestOpenWaitsForTheNodesToPlaceTheStream(t *testing.T) {
+	c := startCluster(t)
+	c.kill(c.nodes[2])
+	nc := connect(t, c.urls(c.nodes[0]))
+	done := make(chan error, 1)
+	go func() {
+		l, err := jsevents.Open(testContext(t), nc, jsevents.Config{Replicas: 3})
+		if err == nil {
+			err = l.Close()
+		}
+		done <- err
+	}()
+	c.start(c.nodes[2])
+	if err := <-done; err != nil {
+		t.Fatalf("Open with a node offline, then back: %v", err)
+	}
+}

@@ -253,8 +253,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Log, error) {
 		cancel()
 		// Another Log's create of the stream, made at the same time, may
 		// have taken the name and not yet made the stream: not found,
-		// for a moment.
-		if err == nil || !(transient(err) || errors.Is(err, jetstream.ErrStreamNotFound)) || ctx.Err() != nil {
+		// for a moment. A cluster just started may not yet have heard
+		// from enough nodes to place the replicas: no peers, for a
+		// moment.
+		if err == nil || !(transient(err) || errors.Is(err, jetstream.ErrStreamNotFound) || noPeers(err)) || ctx.Err() != nil {
 			break
 		}
 		if err := sleep(ctx, nil, &backoff); err != nil {
@@ -780,6 +782,13 @@ func classify(err error) outcome {
 		return uncertain
 	}
 	return fatal
+}
+
+// noPeers reports whether err is JetStream's "no suitable peers for
+// placement": fewer servers known than the stream's replicas.
+func noPeers(err error) bool {
+	var a *jetstream.APIError
+	return errors.As(err, &a) && a.ErrorCode == 10005
 }
 
 // transient reports whether a read or an admin request may succeed if
