@@ -162,8 +162,9 @@ type Broker struct {
 	// registry has yet to copy.
 	mirrorState mirrorState
 	// live is, in a cluster, the brokers whose leases held at the last
-	// look.
-	live atomic.Pointer[map[string]bool]
+	// look; lapsed, the brokers of agents here whose leases did not hold
+	// at the last two looks (one look may predate a broker's start).
+	live, lapsed atomic.Pointer[map[string]bool]
 	// catching shares the registry's catch-ups with the cluster.
 	catching catchUps
 

@@ -692,17 +692,27 @@ func (b *Broker) sweepLapsed(lapsed map[string]time.Time) {
 			delete(lapsed, broker)
 		}
 	}
+	// A broker is taken for lapsed (its agents taken over when they call,
+	// follow) only once two looks in a row found no lease: the first may
+	// have read the leases before a broker that had just started wrote
+	// its own, and its agents reached this copy after.
+	sure := map[string]bool{}
+	for broker, agents := range byBroker {
+		if _, ok := lapsed[broker]; ok {
+			sure[broker] = true
+			continue
+		}
+		lapsed[broker] = now
+		if b.cfg.OrphanTimeout != Forever {
+			b.log.Info("a broker of the cluster has stopped renewing its lease; its agents are held for it", "broker", broker, "agents", len(agents), "timeout", b.orphanTimeout())
+		}
+	}
+	b.lapsed.Store(&sure)
 	if b.cfg.OrphanTimeout == Forever {
 		return
 	}
 	for broker, agents := range byBroker {
-		since, ok := lapsed[broker]
-		if !ok {
-			lapsed[broker] = now
-			b.log.Info("a broker of the cluster has stopped renewing its lease; its agents are held for it", "broker", broker, "agents", len(agents), "timeout", b.orphanTimeout())
-			continue
-		}
-		if now.Sub(since) < b.cfg.OrphanTimeout {
+		if now.Sub(lapsed[broker]) < b.cfg.OrphanTimeout {
 			continue
 		}
 		for _, a := range agents {
@@ -855,7 +865,7 @@ func (b *Broker) follow(from transport.Caller, a *agent) {
 	}
 	if to != from.HomeBroker {
 		// Not the caller's home: taken over only from a lapsed broker.
-		if live := b.live.Load(); live == nil || (*live)[cur] {
+		if lapsed := b.lapsed.Load(); lapsed == nil || !(*lapsed)[cur] {
 			return
 		}
 	}

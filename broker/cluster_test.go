@@ -313,7 +313,11 @@ func (c *fakeCluster) start(t *testing.T, id string, cfg broker.Config, reg brok
 	if st == nil {
 		cfg.Store = c
 	}
-	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: reg, Events: c, Leases: c, LeaseEvery: 10 * time.Millisecond}
+	every := 10 * time.Millisecond
+	if cfg.Cluster != nil && cfg.Cluster.LeaseEvery > 0 {
+		every = cfg.Cluster.LeaseEvery // the test's
+	}
+	cfg.Cluster = &broker.Cluster{Broker: id, Epoch: "cluster-epoch", Registry: reg, Events: c, Leases: c, LeaseEvery: every}
 	return newEnvWrapped(t, cfg, fakebus.Config{}, func(b *fakebus.Bus) transport.Bus {
 		c.mu.Lock()
 		c.buses = append(c.buses, b)
@@ -561,6 +565,24 @@ func TestClusterAnAgentThatCallsAnotherBrokerIsTakenOver(t *testing.T) {
 	_, err := alice.on(b2).update(task.ID, wire.StateCompleted, "done")
 	require.NoError(t, err)
 	assert.Contains(t, ids(bob.list()), "alice")
+}
+
+// A broker's first look at the leases may come before another broker
+// has started: an agent of that one calling this broker is not taken
+// over on the strength of that look (it would then belong to a broker
+// that is not its own, and be let go when that one dies), only once
+// looks have found its broker lapsed.
+func TestClusterAnAgentOfABrokerStartedAfterTheLastLookIsNotTakenOver(t *testing.T) {
+	c := newFakeCluster()
+	// b1 looks at the leases at its start, and not again for the test.
+	b1 := c.brokerWith(t, "b1", broker.Config{Cluster: &broker.Cluster{LeaseEvery: time.Hour}})
+	b2 := c.broker(t, "b2")
+	alice := b2.register("s1", "alice")
+	alice.on(b1).list()                   // a call through b1, which has never seen b2's lease
+	require.NoError(t, b1.broker.Close()) // a take-over under way is done
+	reg, err := c.Registration(context.Background(), alice.instance)
+	require.NoError(t, err)
+	assert.Equal(t, "b2", reg.Broker, "alice was taken over from a live broker")
 }
 
 // An agent belongs to its host's broker, whichever broker serves it: a
