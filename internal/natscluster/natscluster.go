@@ -1,8 +1,9 @@
 // Package natscluster starts a cluster of real nats-server processes with
-// JetStream on loopback, for tests: the server is built from the module
+// JetStream on loopback, for tests (Start) and for programs that are not
+// tests, such as the bench (Launch): the server is built from the module
 // the project depends on, each node has its own ports, config file, store
 // directory and log, and every process is killed and waited for when the
-// test ends.
+// test ends, or at Close.
 package natscluster
 
 import (
@@ -66,10 +67,14 @@ type Options struct {
 // except that one node must not be killed, stopped or restarted by two
 // callers at once.
 type Cluster struct {
-	t     testing.TB
+	t     testing.TB // the test of Start; nil for a cluster from Launch
 	bin   string
 	opts  Options
 	nodes []*node
+	// dir is the folder of the nodes that Launch made and Close removes;
+	// "" for a cluster from Start, whose folder the test removes.
+	dir       string
+	closeOnce sync.Once
 }
 
 type node struct {
@@ -93,42 +98,76 @@ type node struct {
 // counts every node as a current, online peer. It fails the test
 // when they do not. Every node is killed and waited for when the test
 // ends; if the test failed, the tail of each node's log is logged.
+// One node is a plain JetStream server, with no cluster.
 func Start(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("natscluster: %d nodes", n)
-	}
-	if opts.Name == "" {
-		opts.Name = "a2a"
-	}
-	c := &Cluster{t: t, bin: testbin.Build(t, ServerPackage), opts: opts}
+	c := newCluster(testbin.Build(t, ServerPackage), opts)
+	c.t = t
 	// Made before the cleanup is registered, so that it is removed only
 	// after every node has exited and its log has been shown.
 	base := t.TempDir()
 	t.Cleanup(c.cleanup)
-	var lastErr error
+	if err := c.start(base, n, t.Logf); err != nil {
+		t.Fatalf("natscluster: %v", err)
+	}
+	return c
+}
+
+// Launch is Start for a program that is not a test: it starts n nodes
+// of the nats-server binary bin in a temporary folder and waits until
+// they are ready as Start does. It returns an error, with the tail of
+// each node's log, when they are not. Close kills the nodes and removes
+// the folder. Restart, Stop and WaitHealthy, which report to a test,
+// panic on their failure instead.
+func Launch(bin string, n int, opts Options) (*Cluster, error) {
+	base, err := os.MkdirTemp("", "natscluster-")
+	if err != nil {
+		return nil, fmt.Errorf("natscluster: %w", err)
+	}
+	c := newCluster(bin, opts)
+	c.dir = base
+	if err := c.start(base, n, func(string, ...any) {}); err != nil {
+		tails := c.tails()
+		c.Close()
+		return nil, fmt.Errorf("natscluster: %w\n%s", err, tails)
+	}
+	return c, nil
+}
+
+func newCluster(bin string, opts Options) *Cluster {
+	if opts.Name == "" {
+		opts.Name = "a2a"
+	}
+	return &Cluster{bin: bin, opts: opts}
+}
+
+// start starts n nodes in base, on other ports again while a port chosen
+// was taken meanwhile (logf tells of each such try). A failed start
+// leaves no node running.
+func (c *Cluster) start(base string, n int, logf func(format string, args ...any)) error {
+	if n < 1 {
+		return fmt.Errorf("%d nodes", n)
+	}
+	var err error
 	for try := range startTries {
-		err := c.start(base, try, n)
-		if err == nil {
-			return c
+		if err = c.startOnce(base, try, n); err == nil {
+			return nil
 		}
-		lastErr = err
 		c.killAll()
 		if !errors.Is(err, errPortTaken) {
 			break
 		}
-		t.Logf("natscluster: start %d: %v; trying other ports", try+1, err)
+		logf("natscluster: start %d: %v; trying other ports", try+1, err)
 	}
-	t.Fatalf("natscluster: %v", lastErr)
-	return nil
+	return err
 }
 
 // errPortTaken: a node could not bind a port chosen for it, which
 // something else took between the choice and the bind.
 var errPortTaken = errors.New("a port was taken meanwhile")
 
-// start makes the nodes' configs on fresh ports and starts them.
-func (c *Cluster) start(base string, try, n int) error {
+// startOnce makes the nodes' configs on fresh ports and starts them.
+func (c *Cluster) startOnce(base string, try, n int) error {
 	ports, err := freePorts(3 * n)
 	if err != nil {
 		return err
@@ -176,11 +215,13 @@ func (c *Cluster) config(nd *node, routes []string) string {
 	fmt.Fprintf(&b, "server_name: %s\n", nd.name)
 	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\n", nd.client)
 	fmt.Fprintf(&b, "http: 127.0.0.1:%d\n", nd.monitor)
-	fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  routes: [\n", c.opts.Name, nd.route)
-	for _, r := range routes {
-		fmt.Fprintf(&b, "    %s\n", r)
+	if len(routes) > 1 {
+		fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  routes: [\n", c.opts.Name, nd.route)
+		for _, r := range routes {
+			fmt.Fprintf(&b, "    %s\n", r)
+		}
+		b.WriteString("  ]\n}\n")
 	}
-	b.WriteString("  ]\n}\n")
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", filepath.Join(nd.dir, "store"))
 	if c.opts.SyncAlways {
 		b.WriteString("  sync_interval: always\n")
@@ -353,6 +394,9 @@ func (c *Cluster) probePlacement() error {
 }
 
 func (c *Cluster) waitMetaPeers() error {
+	if len(c.nodes) == 1 {
+		return nil // no cluster, no meta leader
+	}
 	type jsz struct {
 		Meta *struct {
 			Leader   string `json:"leader"`
@@ -438,7 +482,6 @@ func (c *Cluster) MonitorURL(i int) string {
 
 // Kill kills node i with SIGKILL and waits for its process to exit.
 func (c *Cluster) Kill(i int) {
-	c.t.Helper()
 	nd := c.nodes[i]
 	nd.mu.Lock()
 	proc, exited := nd.proc, nd.exited
@@ -454,7 +497,9 @@ func (c *Cluster) Kill(i int) {
 // process to exit; one that does not exit within a deadline is killed
 // and the test fails.
 func (c *Cluster) Stop(i int) {
-	c.t.Helper()
+	if c.t != nil {
+		c.t.Helper()
+	}
 	nd := c.nodes[i]
 	nd.mu.Lock()
 	proc, exited := nd.proc, nd.exited
@@ -471,7 +516,7 @@ func (c *Cluster) Stop(i int) {
 	case <-time.After(stopTimeout):
 		_ = proc.Process.Kill()
 		<-exited
-		c.t.Errorf("natscluster: %s did not exit within %v of SIGTERM", nd.name, stopTimeout)
+		c.fail(false, "natscluster: %s did not exit within %v of SIGTERM", nd.name, stopTimeout)
 	}
 }
 
@@ -480,7 +525,9 @@ func (c *Cluster) Stop(i int) {
 // and the leader counts every running node as a current, online peer.
 // It fails the test when the node does not come back.
 func (c *Cluster) Restart(i int) {
-	c.t.Helper()
+	if c.t != nil {
+		c.t.Helper()
+	}
 	nd := c.nodes[i]
 	nd.mu.Lock()
 	exited := nd.exited
@@ -489,7 +536,8 @@ func (c *Cluster) Restart(i int) {
 		select {
 		case <-exited:
 		default:
-			c.t.Fatalf("natscluster: restart %s: it is still running", nd.name)
+			c.fail(true, "natscluster: restart %s: it is still running", nd.name)
+			return
 		}
 	}
 	var err error
@@ -508,7 +556,7 @@ func (c *Cluster) Restart(i int) {
 		}
 		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
-	c.t.Fatalf("natscluster: restart %s: %v", nd.name, err)
+	c.fail(true, "natscluster: restart %s: %v", nd.name, err)
 }
 
 // Running reports whether node i's process is running.
@@ -532,7 +580,9 @@ func (c *Cluster) Running(i int) bool {
 // and consumer it holds is current), or fails the test at the deadline.
 // After a Restart, it tells when the node has caught up.
 func (c *Cluster) WaitHealthy(ctx context.Context, i int) {
-	c.t.Helper()
+	if c.t != nil {
+		c.t.Helper()
+	}
 	nd := c.nodes[i]
 	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.monitor)
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -553,7 +603,8 @@ func (c *Cluster) WaitHealthy(ctx context.Context, i int) {
 		}
 		select {
 		case <-ctx.Done():
-			c.t.Fatalf("natscluster: %s not healthy (healthz: %s)", nd.name, last)
+			c.fail(true, "natscluster: %s not healthy (healthz: %s)", nd.name, last)
+			return
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -565,19 +616,63 @@ func (c *Cluster) Log(i int) string {
 	return string(b)
 }
 
+// fail reports a failure to the test of Start, which ends it when
+// fatal; a cluster from Launch has no test to fail, and panics.
+func (c *Cluster) fail(fatal bool, format string, args ...any) {
+	if c.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	c.t.Helper()
+	if fatal {
+		c.t.Fatalf(format, args...)
+	}
+	c.t.Errorf(format, args...)
+}
+
+// Close kills every node and waits for it to exit, then removes the
+// folder that Launch made for the nodes. It is idempotent. A cluster
+// from Start is closed when its test ends, and may be closed before.
+func (c *Cluster) Close() {
+	c.closeOnce.Do(func() {
+		c.killAll()
+		if c.dir != "" {
+			_ = os.RemoveAll(c.dir)
+		}
+	})
+}
+
+// PIDs returns the process ids of the running nodes, in node order.
+func (c *Cluster) PIDs() []int {
+	var pids []int
+	for i, nd := range c.nodes {
+		nd.mu.Lock()
+		proc := nd.proc
+		nd.mu.Unlock()
+		if proc != nil && c.Running(i) {
+			pids = append(pids, proc.Process.Pid)
+		}
+	}
+	return pids
+}
+
 // cleanup kills every node and, if the test failed, logs the tail of
 // each node's log.
 func (c *Cluster) cleanup() {
-	c.killAll()
-	if !c.t.Failed() {
-		return
+	c.Close()
+	if c.t.Failed() {
+		c.t.Log(c.tails())
 	}
+}
+
+// tails is the tail of every node's log, for a failed start or test.
+func (c *Cluster) tails() string {
+	var b strings.Builder
 	for _, nd := range c.nodes {
-		if nd == nil {
-			continue
+		if nd != nil {
+			fmt.Fprintf(&b, "natscluster: tail of %s's log (%s):\n%s\n", nd.name, nd.log, tail(nd.log, logTailLines))
 		}
-		c.t.Logf("natscluster: tail of %s's log (%s):\n%s", nd.name, nd.log, tail(nd.log, logTailLines))
 	}
+	return b.String()
 }
 
 func (c *Cluster) killAll() {
