@@ -520,43 +520,53 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
-// Restart starts node i again, after Kill or Stop, on the same ports and
-// store directory, and waits until it answers with a meta leader known
-// and the leader counts every running node as a current, online peer.
-// It fails the test when the node does not come back.
-func (c *Cluster) Restart(i int) {
+// Restart starts the given nodes again, after Kill or Stop, each on its
+// same ports and store directory, and waits until each answers with a
+// meta leader known and the leader counts every running node as a
+// current, online peer. Nodes restarted together start at once: a
+// cluster stopped whole has no meta leader until a quorum is back. It
+// fails the test when a node does not come back.
+func (c *Cluster) Restart(nodes ...int) {
 	if c.t != nil {
 		c.t.Helper()
 	}
-	nd := c.nodes[i]
-	nd.mu.Lock()
-	exited := nd.exited
-	nd.mu.Unlock()
-	if exited != nil {
-		select {
-		case <-exited:
-		default:
-			c.fail(true, "natscluster: restart %s: it is still running", nd.name)
+	for _, i := range nodes {
+		if c.Running(i) {
+			c.fail(true, "natscluster: restart %s: it is still running", c.nodes[i].name)
 			return
 		}
 	}
 	var err error
 	// The old process's listening ports may linger a moment after it
-	// exits; a bind failure is tried again.
+	// exits; a node whose bind failed is started again.
 	for try := range startTries {
-		if err = c.launch(nd); err == nil {
-			if err = c.waitReady(nd); err == nil {
-				if err = c.waitPeers(); err == nil {
-					return
-				}
-			}
+		if err = c.restart(nodes); err == nil {
+			return
 		}
 		if !errors.Is(err, errPortTaken) {
 			break
 		}
 		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
-	c.fail(true, "natscluster: restart %s: %v", nd.name, err)
+	c.fail(true, "natscluster: restart %v: %v", nodes, err)
+}
+
+// restart starts those of nodes that are not running and waits until
+// every one of nodes is ready and counted by the meta leader.
+func (c *Cluster) restart(nodes []int) error {
+	for _, i := range nodes {
+		if !c.Running(i) {
+			if err := c.launch(c.nodes[i]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, i := range nodes {
+		if err := c.waitReady(c.nodes[i]); err != nil {
+			return err
+		}
+	}
+	return c.waitPeers()
 }
 
 // Running reports whether node i's process is running.
