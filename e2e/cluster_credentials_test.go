@@ -5,12 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +18,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/internal/natscluster"
-	"github.com/a2a-bus/a2a-bus/internal/testbin"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -93,51 +89,17 @@ func startCalloutCluster(t *testing.T) *testCluster {
 	require.NoError(t, err)
 	issuerKey, err := kp.PublicKey()
 	require.NoError(t, err)
-	c := &testCluster{t: t, dir: t.TempDir(), brokers: make([]*exec.Cmd, 3)}
-	seedFile := filepath.Join(c.dir, "issuer.nk")
+	seedFile := filepath.Join(t.TempDir(), "issuer.nk")
 	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
-	c.nats = natscluster.Start(t, 3, natscluster.Options{Extra: calloutServerConfig(issuerKey),
-		ProbeUser: calloutBrokerUser, ProbePassword: calloutBrokerPass})
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() { startCalloutBroker(c, i, seedFile) })
+	c := &testCluster{}
+	c.joinArgs = func(i int) []string {
+		return []string{"--nats-url", withUser(c.nats.URL(i), calloutBrokerUser, calloutBrokerPass),
+			"--nats-callout-seed", seedFile,
+			"--nats-system-url", withUser(c.nats.URL(i), calloutSysUser, calloutSysPass)}
 	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for i := range c.brokers {
-			c.stopBroker(i)
-		}
-	})
+	c.start(t, natscluster.Options{Extra: calloutServerConfig(issuerKey),
+		ProbeUser: calloutBrokerUser, ProbePassword: calloutBrokerPass})
 	return c
-}
-
-// startCalloutBroker starts host i's broker on node i and waits until it
-// serves.
-func startCalloutBroker(c *testCluster, i int, seedFile string) {
-	t := c.t
-	path := filepath.Join(c.dir, fmt.Sprintf("b%d.json", i))
-	cmd := exec.Command(testbin.A2ABus(t), "serve",
-		"--nats-url", withUser(c.nats.URL(i), calloutBrokerUser, calloutBrokerPass),
-		"--state=jetstream", "--broker-name", fmt.Sprintf("host%d", i), "--replicas", "3",
-		"--nats-callout-seed", seedFile,
-		"--nats-system-url", withUser(c.nats.URL(i), calloutSysUser, calloutSysPass),
-		"--connection-file", path, "--data-dir", "", "--log-level=warn", "--exit-with-parent=false")
-	cmd.Env = append(os.Environ(), "HOME="+c.dir)
-	ready := newLineSignal(path)
-	logPath := filepath.Join(c.dir, fmt.Sprintf("b%d.log", i))
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("broker %d's log:\n%s", i, b)
-		}
-	})
-	cmd.Stderr = io.MultiWriter(ready, logf)
-	require.NoError(t, cmd.Start())
-	c.brokers[i] = cmd
-	ready.wait(t, 60*time.Second, fmt.Sprintf("broker %d serves", i))
 }
 
 // calloutHost dials node i as a host: the hosts' user.
@@ -242,32 +204,6 @@ func watchClose() (nats.Option, chan struct{}) {
 	return nats.ClosedHandler(func(*nats.Conn) { close(c) }), c
 }
 
-// calloutTap records every notification the cluster publishes to any
-// session, as the tap of the token cluster does, from a host connection
-// to node i.
-func calloutTap(c *testCluster, i int) *sessionTap {
-	t := c.t
-	nc, err := nats.Connect(withUser(c.nats.URL(i), calloutHostUser, calloutHostPass))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	tp := &sessionTap{seqs: map[string][]uint64{}}
-	tp.sub, err = nc.Subscribe("a2a.session.*.events", func(m *nats.Msg) {
-		token := strings.TrimSuffix(strings.TrimPrefix(m.Subject, "a2a.session."), ".events")
-		session, err := natsbus.SessionID(token)
-		ev, derr := wire.DecodeEvent(m.Data)
-		tp.mu.Lock()
-		defer tp.mu.Unlock()
-		if err != nil || derr != nil || ev.Head().RecipientContextID != session {
-			tp.wrong = append(tp.wrong, m.Subject+" "+string(m.Data))
-			return
-		}
-		tp.seqs[session] = append(tp.seqs[session], ev.Head().Seq)
-	})
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	return tp
-}
-
 // brokerSessionErrors sums, over the brokers that answer, the requests
 // their session endpoint refused or answered with an error ($SRV.STATS),
 // once want brokers have answered. The answers come on host's connection
@@ -311,7 +247,7 @@ func brokerSessionErrors(t *testing.T, nc *nats.Conn, want int) int {
 func TestClusterSessionCredentialsAcrossHosts(t *testing.T) {
 	c := startCalloutCluster(t)
 	ctx := context.Background()
-	tap := calloutTap(c, 0)
+	tap := c.tap(withUser(c.nats.URL(0), calloutHostUser, calloutHostPass))
 	host0, host1 := calloutHost(c, 0), calloutHost(c, 1)
 
 	// Any broker answers a2a.sessions.open: host 0's requests spread over
