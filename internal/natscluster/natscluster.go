@@ -289,9 +289,7 @@ func (c *Cluster) launch(nd *node) error {
 // waitReady waits until nd answers healthz with a meta leader known, or
 // its process exits, or the deadline passes.
 func (c *Cluster) waitReady(nd *node) error {
-	nd.mu.Lock()
-	exited := nd.exited
-	nd.mu.Unlock()
+	_, exited := nd.current()
 	url := fmt.Sprintf("http://127.0.0.1:%d/healthz?js-meta-only=true", nd.monitor)
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(readyTimeout)
@@ -449,6 +447,14 @@ func (c *Cluster) waitMetaPeers() error {
 	}
 }
 
+// current returns nd's last process started and the channel closed once
+// it has exited; nil for a node never started.
+func (nd *node) current() (proc *exec.Cmd, exited chan struct{}) {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.proc, nd.exited
+}
+
 func (nd *node) exitErr() error {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
@@ -483,9 +489,7 @@ func (c *Cluster) MonitorURL(i int) string {
 // Kill kills node i with SIGKILL and waits for its process to exit.
 func (c *Cluster) Kill(i int) {
 	nd := c.nodes[i]
-	nd.mu.Lock()
-	proc, exited := nd.proc, nd.exited
-	nd.mu.Unlock()
+	proc, exited := nd.current()
 	if proc == nil {
 		return
 	}
@@ -501,9 +505,7 @@ func (c *Cluster) Stop(i int) {
 		c.t.Helper()
 	}
 	nd := c.nodes[i]
-	nd.mu.Lock()
-	proc, exited := nd.proc, nd.exited
-	nd.mu.Unlock()
+	proc, exited := nd.current()
 	if proc == nil {
 		return
 	}
@@ -572,9 +574,7 @@ func (c *Cluster) restart(nodes []int) error {
 // Running reports whether node i's process is running.
 func (c *Cluster) Running(i int) bool {
 	nd := c.nodes[i]
-	nd.mu.Lock()
-	exited := nd.exited
-	nd.mu.Unlock()
+	_, exited := nd.current()
 	if exited == nil {
 		return false
 	}
@@ -655,10 +655,7 @@ func (c *Cluster) Close() {
 func (c *Cluster) PIDs() []int {
 	var pids []int
 	for i, nd := range c.nodes {
-		nd.mu.Lock()
-		proc := nd.proc
-		nd.mu.Unlock()
-		if proc != nil && c.Running(i) {
+		if proc, _ := nd.current(); proc != nil && c.Running(i) {
 			pids = append(pids, proc.Process.Pid)
 		}
 	}

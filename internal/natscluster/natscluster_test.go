@@ -104,19 +104,26 @@ authorization {
 func TestAClusterWithAnAuthCalloutStarts(t *testing.T) {
 	t.Run("with a probe user", func(t *testing.T) {
 		c := natscluster.Start(t, 3, natscluster.Options{Extra: calloutConfig(t), ProbeUser: "app", ProbePassword: "apppw"})
-		nc, err := nats.Connect(c.URL(1), nats.UserInfo("app", "apppw"))
-		require.NoError(t, err)
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		require.NoError(t, err)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
-		require.NoError(t, err, "the probe saw a stream placed on every node")
+		require.NoError(t, createR3(t, c.URL(1), nats.UserInfo("app", "apppw")), "the probe saw a stream placed on every node")
 	})
 	t.Run("without", func(t *testing.T) {
 		natscluster.Start(t, 3, natscluster.Options{Extra: calloutConfig(t)})
 	})
+}
+
+// createR3 connects to url with opts and makes there a stream with a
+// replica on each of three nodes.
+func createR3(t *testing.T, url string, opts ...nats.Option) error {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
+	return err
 }
 
 // A program that is not a test launches a cluster from a binary it built:
@@ -132,15 +139,7 @@ func TestLaunchWithoutATest(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.Len(t, c.PIDs(), 3)
-	nc, err := nats.Connect(c.URL(2))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
-	require.NoError(t, err, "a launched cluster places a stream on every node")
+	require.NoError(t, createR3(t, c.URL(2)), "a launched cluster places a stream on every node")
 	entries, err := os.ReadDir(tmp)
 	require.NoError(t, err)
 	require.NotEmpty(t, entries, "the nodes' folder")
