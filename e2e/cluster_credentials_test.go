@@ -19,7 +19,6 @@ import (
 
 	"github.com/a2a-bus/a2a-bus/internal/natscluster"
 	"github.com/a2a-bus/a2a-bus/natsbus"
-	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -157,20 +156,6 @@ func sessionClient(t *testing.T, c *testCluster, i int, creds wire.SessionCreden
 	return cl
 }
 
-// sessionDelegate spawns a delegate named name in the client's session.
-func sessionDelegate(t *testing.T, cl *natsbus.Client, session, name string) *runtime.Delegate {
-	t.Helper()
-	ctx := context.Background()
-	s, err := cl.Session(ctx, session)
-	require.NoError(t, err)
-	rt, err := runtime.New(ctx, s, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 200 * time.Millisecond}})
-	require.NoError(t, err)
-	t.Cleanup(func() { rt.Close() })
-	d, err := rt.Spawn(ctx, wire.AgentCard{Name: name})
-	require.NoError(t, err)
-	return d
-}
-
 // rawSessionConn connects to node i with a session credential, as a
 // client that would go beyond what the runtime does.
 func rawSessionConn(t *testing.T, c *testCluster, i int, creds wire.SessionCredentials, session string, opts ...nats.Option) (*nats.Conn, error) {
@@ -267,25 +252,12 @@ func TestClusterSessionCredentialsAcrossHosts(t *testing.T) {
 	beta := openCredential(t, host1, "beta")
 	alphaClient := sessionClient(t, c, 2, alpha, "alpha", false)
 	betaClient := sessionClient(t, c, 1, beta, "beta", false)
-	asker := sessionDelegate(t, alphaClient, "alpha", "asker")
-	worker := sessionDelegate(t, betaClient, "beta", "worker")
+	asker := c.delegate(alphaClient, "alpha", "asker")
+	worker := c.delegate(betaClient, "beta", "worker")
 	task, err := asker.Send(ctx, "worker", clusterText("work across hosts"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "beta", task.AgentContextID)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		ev, err := worker.Wait(wctx)
-		require.NoError(t, err, "the worker never heard of its task")
-		if ev.Task != nil && ev.Task.TaskID == task.ID {
-			break
-		}
-	}
-	_, err = worker.Update(ctx, task.ID, wire.StateWorking, nil)
-	require.NoError(t, err)
-	_, err = worker.Update(ctx, task.ID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
-	require.NoError(t, err)
-	assert.Equal(t, wire.StateCompleted, waitFinal(t, asker, task.ID))
+	workTask(t, asker, worker, task.ID)
 
 	t.Run("the servers refuse what a session may not do", func(t *testing.T) {
 		errs := make(chan error, 64)
@@ -426,7 +398,7 @@ func TestClusterSessionCredentialsAcrossHosts(t *testing.T) {
 			return true
 		}, 30*time.Second, 50*time.Millisecond, "node %d refused a credential of a killed broker", i)
 	}
-	survivor := sessionDelegate(t, sessionClient(t, c, 1, gamma, "gamma", true), "gamma", "survivor")
+	survivor := c.delegate(sessionClient(t, c, 1, gamma, "gamma", true), "gamma", "survivor")
 	peers, err := survivor.Peers(ctx)
 	require.NoError(t, err)
 	var names []string

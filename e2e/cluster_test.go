@@ -181,6 +181,27 @@ func (c *testCluster) tap(url string) *sessionTap {
 	return tp
 }
 
+// workTask has worker wait until it hears of the task it was sent, work
+// it and complete it, and checks that asker learns that it completed.
+func workTask(t *testing.T, asker, worker *runtime.Delegate, taskID string) {
+	t.Helper()
+	ctx := context.Background()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		ev, err := worker.Wait(wctx)
+		require.NoError(t, err, "the worker never heard of its task")
+		if ev.Task != nil && ev.Task.TaskID == taskID {
+			break
+		}
+	}
+	_, err := worker.Update(ctx, taskID, wire.StateWorking, nil)
+	require.NoError(t, err)
+	_, err = worker.Update(ctx, taskID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateCompleted, waitFinal(t, asker, taskID))
+}
+
 func clusterText(s string) wire.Message { return wire.Message{Parts: []wire.Part{wire.TextPart(s)}} }
 
 // TestClusterADRScenarioAcrossHosts runs the ADR's rules with the agents
@@ -217,20 +238,7 @@ func TestClusterADRScenarioAcrossHosts(t *testing.T) {
 	task, err = d1.Send(ctx, "discussant-3", clusterText("work across hosts"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "chat-c", task.AgentContextID)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		ev, err := d2.Wait(wctx)
-		require.NoError(t, err, "the worker never heard of its task")
-		if ev.Task != nil && ev.Task.TaskID == task.ID {
-			break
-		}
-	}
-	_, err = d2.Update(ctx, task.ID, wire.StateWorking, nil)
-	require.NoError(t, err)
-	_, err = d2.Update(ctx, task.ID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
-	require.NoError(t, err)
-	assert.Equal(t, wire.StateCompleted, waitFinal(t, d1, task.ID))
+	workTask(t, d1, d2, task.ID)
 
 	// Access is membership: a stranger on any host is told the task does
 	// not exist for it.
