@@ -20,6 +20,7 @@ import (
 
 	"github.com/a2a-bus/a2a-bus/broker"
 	"github.com/a2a-bus/a2a-bus/cluster"
+	"github.com/a2a-bus/a2a-bus/internal/natscluster"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	a2art "github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/store/storetest"
@@ -36,6 +37,9 @@ const clusterCallers = 16
 
 // clusterCounted is how many ops the tap counts the messages of.
 const clusterCounted = 20
+
+// clusterOpenTimeout bounds the brokers' opening of the cluster's state.
+const clusterOpenTimeout = 60 * time.Second
 
 // clusterWait bounds each wait of the cluster section (a call, an event):
 // it ends a run that would otherwise hang, it times nothing.
@@ -71,11 +75,11 @@ func (r *runner) cluster() error {
 	}
 	defer cleanup()
 	fmt.Fprintf(os.Stderr, "bench: %-12s starting %d nats-server nodes and %d brokers\n", "cluster", clusterNodes, clusterNodes)
-	nc, err := startNATSCluster(bin, clusterNodes)
+	nc, err := natscluster.Launch(bin, clusterNodes, natscluster.Options{Name: "bench"})
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	defer nc.close()
+	defer nc.Close()
 	c, err := openBenchCluster(nc)
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
@@ -147,7 +151,7 @@ func (r *runner) runCounted(c *benchCluster, bus, name string, op func() error, 
 // ms of CPU a second each.
 func (c *benchCluster) withCPU(fn func(b *testing.B)) func(b *testing.B) {
 	return func(b *testing.B) {
-		pids := c.nats.pids()
+		pids := c.nats.PIDs()
 		self0, servers0, ok := cpuTime(pids)
 		fn(b)
 		self1, servers1, ok1 := cpuTime(pids)
@@ -185,7 +189,7 @@ func roundTripFloor(rt, bareRR, pub1 Result) Result {
 
 // benchCluster is the brokers of the cluster and what the rows share.
 type benchCluster struct {
-	nats       *natsCluster
+	nats       *natscluster.Cluster
 	stateConns []*nats.Conn
 	states     []*cluster.Cluster
 	buses      []*natsbus.Bus
@@ -200,17 +204,17 @@ type benchCluster struct {
 // connection of its own (cluster.Open), its bus on another, in the
 // cluster's queue group; and a host client and a bare connection on each
 // node.
-func openBenchCluster(nc *natsCluster) (c *benchCluster, err error) {
+func openBenchCluster(nc *natscluster.Cluster) (c *benchCluster, err error) {
 	c = &benchCluster{nats: nc}
 	defer func() {
 		if err != nil {
 			c.close()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterReadyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterOpenTimeout)
 	defer cancel()
 	for i := range clusterNodes {
-		url := nc.url(i)
+		url := nc.URL(i)
 		sc, err := nats.Connect(url, nats.Name(fmt.Sprint("bench state host", i)))
 		if err != nil {
 			return nil, err
@@ -233,12 +237,12 @@ func openBenchCluster(nc *natsCluster) (c *benchCluster, err error) {
 		c.brokers = append(c.brokers, br)
 	}
 	for i := range clusterNodes {
-		h, err := natsbus.Dial(natsbus.ClientConfig{URL: nc.url(i)})
+		h, err := natsbus.Dial(natsbus.ClientConfig{URL: nc.URL(i)})
 		if err != nil {
 			return nil, err
 		}
 		c.hosts = append(c.hosts, h)
-		conn, err := nats.Connect(nc.url(i))
+		conn, err := nats.Connect(nc.URL(i))
 		if err != nil {
 			return nil, err
 		}
@@ -291,7 +295,7 @@ func (c *benchCluster) close() {
 // delegate spawns a delegate named name in a runtime of its own, in
 // session, on node's host client.
 func (c *benchCluster) delegate(node int, session, name string) (*a2art.Delegate, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterOpenTimeout)
 	defer cancel()
 	s, err := c.hosts[node].Session(ctx, session)
 	if err != nil {
@@ -401,7 +405,7 @@ func (c *benchCluster) roundTripOp(prefix string) (func() error, error) {
 	}
 	msg := wire.Message{Parts: []wire.Part{wire.TextPart("take seat 2?")}}
 	return func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+		ctx, cancel := context.WithTimeout(context.Background(), clusterOpenTimeout)
 		defer cancel()
 		task, err := asker.Send(ctx, worker.ID(), msg, nil)
 		if err != nil {
@@ -443,7 +447,7 @@ func waitTask(ctx context.Context, d *a2art.Delegate, id string, final bool) (*w
 // listening: its notifications are kept and published to no one), and
 // returns each asker's op: one send, which creates a task.
 func (c *benchCluster) creators() ([]func() error, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+	ctx, cancel := context.WithTimeout(context.Background(), clusterOpenTimeout)
 	defer cancel()
 	ops := make([]func() error, clusterCallers)
 	for i := range ops {
@@ -465,7 +469,7 @@ func (c *benchCluster) creators() ([]func() error, error) {
 		}
 		msg := wire.Message{Parts: []wire.Part{wire.TextPart("take seat 2?")}}
 		ops[i] = func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), clusterWait)
+			ctx, cancel := context.WithTimeout(context.Background(), clusterOpenTimeout)
 			defer cancel()
 			_, err := asker.Send(ctx, reg.AgentID, msg, nil)
 			return err
@@ -533,7 +537,7 @@ func (c *benchCluster) count(n int, op func() error) (map[string]float64, error)
 	counts := map[string]int{}
 	seen := map[string]bool{} // markers, by round and node
 	marker := fmt.Sprint("bench.marker.", c.next.Add(1))
-	tap, err := nats.Connect(c.nats.url(1))
+	tap, err := nats.Connect(c.nats.URL(1))
 	if err != nil {
 		return nil, err
 	}

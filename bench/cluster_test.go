@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/a2a-bus/a2a-bus/internal/natscluster"
+)
 
 // BenchmarkCluster runs the cluster section's cases on one cluster of
 // three nats-server processes and three brokers, in this process, for a
@@ -13,11 +17,11 @@ func BenchmarkCluster(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cleanup()
-	nc, err := startNATSCluster(bin, clusterNodes)
+	nc, err := natscluster.Launch(bin, clusterNodes, natscluster.Options{Name: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer nc.close()
+	defer nc.Close()
 	c, err := openBenchCluster(nc)
 	if err != nil {
 		b.Fatal(err)

@@ -1,15 +1,6 @@
 package main
 
-import (
-	"syscall"
-	"time"
-)
-
-// childProcAttr kills a child process when this one dies, so that a
-// bench stopped midway leaves no server behind.
-func childProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
+import "time"
 
 // cpuTime is the CPU time, user and system, of this process and of the
 // processes pids: ok is false where it cannot be read.

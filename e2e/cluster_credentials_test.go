@@ -5,12 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,9 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/internal/natscluster"
-	"github.com/a2a-bus/a2a-bus/internal/testbin"
 	"github.com/a2a-bus/a2a-bus/natsbus"
-	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
 
@@ -93,51 +88,17 @@ func startCalloutCluster(t *testing.T) *testCluster {
 	require.NoError(t, err)
 	issuerKey, err := kp.PublicKey()
 	require.NoError(t, err)
-	c := &testCluster{t: t, dir: t.TempDir(), brokers: make([]*exec.Cmd, 3)}
-	seedFile := filepath.Join(c.dir, "issuer.nk")
+	seedFile := filepath.Join(t.TempDir(), "issuer.nk")
 	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
-	c.nats = natscluster.Start(t, 3, natscluster.Options{Extra: calloutServerConfig(issuerKey),
-		ProbeUser: calloutBrokerUser, ProbePassword: calloutBrokerPass})
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() { startCalloutBroker(c, i, seedFile) })
+	c := &testCluster{}
+	c.joinArgs = func(i int) []string {
+		return []string{"--nats-url", withUser(c.nats.URL(i), calloutBrokerUser, calloutBrokerPass),
+			"--nats-callout-seed", seedFile,
+			"--nats-system-url", withUser(c.nats.URL(i), calloutSysUser, calloutSysPass)}
 	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for i := range c.brokers {
-			c.stopBroker(i)
-		}
-	})
+	c.start(t, natscluster.Options{Extra: calloutServerConfig(issuerKey),
+		ProbeUser: calloutBrokerUser, ProbePassword: calloutBrokerPass})
 	return c
-}
-
-// startCalloutBroker starts host i's broker on node i and waits until it
-// serves.
-func startCalloutBroker(c *testCluster, i int, seedFile string) {
-	t := c.t
-	path := filepath.Join(c.dir, fmt.Sprintf("b%d.json", i))
-	cmd := exec.Command(testbin.A2ABus(t), "serve",
-		"--nats-url", withUser(c.nats.URL(i), calloutBrokerUser, calloutBrokerPass),
-		"--state=jetstream", "--broker-name", fmt.Sprintf("host%d", i), "--replicas", "3",
-		"--nats-callout-seed", seedFile,
-		"--nats-system-url", withUser(c.nats.URL(i), calloutSysUser, calloutSysPass),
-		"--connection-file", path, "--data-dir", "", "--log-level=warn", "--exit-with-parent=false")
-	cmd.Env = append(os.Environ(), "HOME="+c.dir)
-	ready := newLineSignal(path)
-	logPath := filepath.Join(c.dir, fmt.Sprintf("b%d.log", i))
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("broker %d's log:\n%s", i, b)
-		}
-	})
-	cmd.Stderr = io.MultiWriter(ready, logf)
-	require.NoError(t, cmd.Start())
-	c.brokers[i] = cmd
-	ready.wait(t, 60*time.Second, fmt.Sprintf("broker %d serves", i))
 }
 
 // calloutHost dials node i as a host: the hosts' user.
@@ -195,20 +156,6 @@ func sessionClient(t *testing.T, c *testCluster, i int, creds wire.SessionCreden
 	return cl
 }
 
-// sessionDelegate spawns a delegate named name in the client's session.
-func sessionDelegate(t *testing.T, cl *natsbus.Client, session, name string) *runtime.Delegate {
-	t.Helper()
-	ctx := context.Background()
-	s, err := cl.Session(ctx, session)
-	require.NoError(t, err)
-	rt, err := runtime.New(ctx, s, runtime.Config{Feed: runtime.FeedConfig{CheckInterval: 200 * time.Millisecond}})
-	require.NoError(t, err)
-	t.Cleanup(func() { rt.Close() })
-	d, err := rt.Spawn(ctx, wire.AgentCard{Name: name})
-	require.NoError(t, err)
-	return d
-}
-
 // rawSessionConn connects to node i with a session credential, as a
 // client that would go beyond what the runtime does.
 func rawSessionConn(t *testing.T, c *testCluster, i int, creds wire.SessionCredentials, session string, opts ...nats.Option) (*nats.Conn, error) {
@@ -240,32 +187,6 @@ func refusedEverywhere(t *testing.T, c *testCluster, creds wire.SessionCredentia
 func watchClose() (nats.Option, chan struct{}) {
 	c := make(chan struct{})
 	return nats.ClosedHandler(func(*nats.Conn) { close(c) }), c
-}
-
-// calloutTap records every notification the cluster publishes to any
-// session, as the tap of the token cluster does, from a host connection
-// to node i.
-func calloutTap(c *testCluster, i int) *sessionTap {
-	t := c.t
-	nc, err := nats.Connect(withUser(c.nats.URL(i), calloutHostUser, calloutHostPass))
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	tp := &sessionTap{seqs: map[string][]uint64{}}
-	tp.sub, err = nc.Subscribe("a2a.session.*.events", func(m *nats.Msg) {
-		token := strings.TrimSuffix(strings.TrimPrefix(m.Subject, "a2a.session."), ".events")
-		session, err := natsbus.SessionID(token)
-		ev, derr := wire.DecodeEvent(m.Data)
-		tp.mu.Lock()
-		defer tp.mu.Unlock()
-		if err != nil || derr != nil || ev.Head().RecipientContextID != session {
-			tp.wrong = append(tp.wrong, m.Subject+" "+string(m.Data))
-			return
-		}
-		tp.seqs[session] = append(tp.seqs[session], ev.Head().Seq)
-	})
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	return tp
 }
 
 // brokerSessionErrors sums, over the brokers that answer, the requests
@@ -311,7 +232,7 @@ func brokerSessionErrors(t *testing.T, nc *nats.Conn, want int) int {
 func TestClusterSessionCredentialsAcrossHosts(t *testing.T) {
 	c := startCalloutCluster(t)
 	ctx := context.Background()
-	tap := calloutTap(c, 0)
+	tap := c.tap(withUser(c.nats.URL(0), calloutHostUser, calloutHostPass))
 	host0, host1 := calloutHost(c, 0), calloutHost(c, 1)
 
 	// Any broker answers a2a.sessions.open: host 0's requests spread over
@@ -331,25 +252,12 @@ func TestClusterSessionCredentialsAcrossHosts(t *testing.T) {
 	beta := openCredential(t, host1, "beta")
 	alphaClient := sessionClient(t, c, 2, alpha, "alpha", false)
 	betaClient := sessionClient(t, c, 1, beta, "beta", false)
-	asker := sessionDelegate(t, alphaClient, "alpha", "asker")
-	worker := sessionDelegate(t, betaClient, "beta", "worker")
+	asker := c.delegate(alphaClient, "alpha", "asker")
+	worker := c.delegate(betaClient, "beta", "worker")
 	task, err := asker.Send(ctx, "worker", clusterText("work across hosts"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "beta", task.AgentContextID)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		ev, err := worker.Wait(wctx)
-		require.NoError(t, err, "the worker never heard of its task")
-		if ev.Task != nil && ev.Task.TaskID == task.ID {
-			break
-		}
-	}
-	_, err = worker.Update(ctx, task.ID, wire.StateWorking, nil)
-	require.NoError(t, err)
-	_, err = worker.Update(ctx, task.ID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
-	require.NoError(t, err)
-	assert.Equal(t, wire.StateCompleted, waitFinal(t, asker, task.ID))
+	workTask(t, asker, worker, task.ID)
 
 	t.Run("the servers refuse what a session may not do", func(t *testing.T) {
 		errs := make(chan error, 64)
@@ -490,7 +398,7 @@ func TestClusterSessionCredentialsAcrossHosts(t *testing.T) {
 			return true
 		}, 30*time.Second, 50*time.Millisecond, "node %d refused a credential of a killed broker", i)
 	}
-	survivor := sessionDelegate(t, sessionClient(t, c, 1, gamma, "gamma", true), "gamma", "survivor")
+	survivor := c.delegate(sessionClient(t, c, 1, gamma, "gamma", true), "gamma", "survivor")
 	peers, err := survivor.Peers(ctx)
 	require.NoError(t, err)
 	var names []string

@@ -36,13 +36,28 @@ type testCluster struct {
 	nats    *natscluster.Cluster
 	dir     string
 	brokers []*exec.Cmd
-	flags   []string
+	// joinArgs are host i's broker's flags that join it to node i (its
+	// --nats-url and what goes with it), and any others of the test.
+	joinArgs func(i int) []string
 }
 
+// startTestCluster starts a cluster whose clients (the brokers and the
+// hosts) give clusterToken; flags are added to every broker's.
 func startTestCluster(t *testing.T, flags ...string) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, dir: t.TempDir(), flags: flags}
-	c.nats = natscluster.Start(t, 3, natscluster.Options{Extra: fmt.Sprintf("authorization { token: %q }\n", clusterToken)})
+	c := &testCluster{}
+	c.joinArgs = func(i int) []string { return append([]string{"--nats-url", c.url(i)}, flags...) }
+	c.start(t, natscluster.Options{Extra: fmt.Sprintf("authorization { token: %q }\n", clusterToken)})
+	return c
+}
+
+// start starts the three nodes with opts, then the three brokers at once,
+// each joined to its node by c.joinArgs. Every broker is stopped at the
+// end of the test.
+func (c *testCluster) start(t *testing.T, opts natscluster.Options) {
+	t.Helper()
+	c.t, c.dir = t, t.TempDir()
+	c.nats = natscluster.Start(t, 3, opts)
 	c.brokers = make([]*exec.Cmd, 3)
 	var wg sync.WaitGroup
 	for i := range 3 {
@@ -54,7 +69,6 @@ func startTestCluster(t *testing.T, flags ...string) *testCluster {
 			c.stopBroker(i)
 		}
 	})
-	return c
 }
 
 // url is node i's URL with the token.
@@ -66,8 +80,8 @@ func (c *testCluster) url(i int) string {
 func (c *testCluster) startBroker(i int) {
 	t := c.t
 	path := filepath.Join(c.dir, fmt.Sprintf("b%d.json", i))
-	args := append([]string{"serve", "--nats-url", c.url(i), "--state=jetstream", "--broker-name", fmt.Sprintf("host%d", i),
-		"--replicas", "3", "--connection-file", path, "--data-dir", "", "--log-level=warn", "--exit-with-parent=false"}, c.flags...)
+	args := append([]string{"serve", "--state=jetstream", "--broker-name", fmt.Sprintf("host%d", i),
+		"--replicas", "3", "--connection-file", path, "--data-dir", "", "--log-level=warn", "--exit-with-parent=false"}, c.joinArgs(i)...)
 	cmd := exec.Command(testbin.A2ABus(t), args...)
 	cmd.Env = append(os.Environ(), "HOME="+c.dir)
 	ready := newLineSignal(path)
@@ -132,9 +146,8 @@ func (c *testCluster) delegate(cl *natsbus.Client, session, name string) *runtim
 	return d
 }
 
-// watchSessions records every notification the cluster publishes to any
-// session, by the session its subject names, from a raw connection to
-// node i.
+// sessionTap records every notification the cluster publishes to any
+// session, by the session its subject names.
 type sessionTap struct {
 	mu    sync.Mutex
 	wrong []string // notifications whose recipientContextId is not their subject's session
@@ -142,9 +155,12 @@ type sessionTap struct {
 	sub   *nats.Subscription
 }
 
-func (c *testCluster) tap(i int) *sessionTap {
+// tap starts a sessionTap on a raw connection to url, a node's URL with
+// the credentials of a client that may see every session's
+// notifications.
+func (c *testCluster) tap(url string) *sessionTap {
 	t := c.t
-	nc, err := nats.Connect(c.url(i))
+	nc, err := nats.Connect(url)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	tp := &sessionTap{seqs: map[string][]uint64{}}
@@ -165,13 +181,34 @@ func (c *testCluster) tap(i int) *sessionTap {
 	return tp
 }
 
+// workTask has worker wait until it hears of the task it was sent, work
+// it and complete it, and checks that asker learns that it completed.
+func workTask(t *testing.T, asker, worker *runtime.Delegate, taskID string) {
+	t.Helper()
+	ctx := context.Background()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		ev, err := worker.Wait(wctx)
+		require.NoError(t, err, "the worker never heard of its task")
+		if ev.Task != nil && ev.Task.TaskID == taskID {
+			break
+		}
+	}
+	_, err := worker.Update(ctx, taskID, wire.StateWorking, nil)
+	require.NoError(t, err)
+	_, err = worker.Update(ctx, taskID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
+	require.NoError(t, err)
+	assert.Equal(t, wire.StateCompleted, waitFinal(t, asker, taskID))
+}
+
 func clusterText(s string) wire.Message { return wire.Message{Parts: []wire.Part{wire.TextPart(s)}} }
 
 // TestClusterADRScenarioAcrossHosts runs the ADR's rules with the agents
 // of one bus on three hosts: three nats-servers, three brokers.
 func TestClusterADRScenarioAcrossHosts(t *testing.T) {
 	c := startTestCluster(t, "--max-tasks-per-context=3")
-	tap := c.tap(0)
+	tap := c.tap(c.url(0))
 	ctx := context.Background()
 	hosts := []*natsbus.Client{c.host(0), c.host(1), c.host(2)}
 
@@ -201,20 +238,7 @@ func TestClusterADRScenarioAcrossHosts(t *testing.T) {
 	task, err = d1.Send(ctx, "discussant-3", clusterText("work across hosts"), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "chat-c", task.AgentContextID)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		ev, err := d2.Wait(wctx)
-		require.NoError(t, err, "the worker never heard of its task")
-		if ev.Task != nil && ev.Task.TaskID == task.ID {
-			break
-		}
-	}
-	_, err = d2.Update(ctx, task.ID, wire.StateWorking, nil)
-	require.NoError(t, err)
-	_, err = d2.Update(ctx, task.ID, wire.StateCompleted, &wire.Message{Parts: []wire.Part{wire.TextPart("done")}})
-	require.NoError(t, err)
-	assert.Equal(t, wire.StateCompleted, waitFinal(t, d1, task.ID))
+	workTask(t, d1, d2, task.ID)
 
 	// Access is membership: a stranger on any host is told the task does
 	// not exist for it.

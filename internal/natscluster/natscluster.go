@@ -1,8 +1,9 @@
 // Package natscluster starts a cluster of real nats-server processes with
-// JetStream on loopback, for tests: the server is built from the module
+// JetStream on loopback, for tests (Start) and for programs that are not
+// tests, such as the bench (Launch): the server is built from the module
 // the project depends on, each node has its own ports, config file, store
 // directory and log, and every process is killed and waited for when the
-// test ends.
+// test ends, or at Close.
 package natscluster
 
 import (
@@ -66,10 +67,14 @@ type Options struct {
 // except that one node must not be killed, stopped or restarted by two
 // callers at once.
 type Cluster struct {
-	t     testing.TB
+	t     testing.TB // the test of Start; nil for a cluster from Launch
 	bin   string
 	opts  Options
 	nodes []*node
+	// dir is the folder of the nodes that Launch made and Close removes;
+	// "" for a cluster from Start, whose folder the test removes.
+	dir       string
+	closeOnce sync.Once
 }
 
 type node struct {
@@ -93,42 +98,76 @@ type node struct {
 // counts every node as a current, online peer. It fails the test
 // when they do not. Every node is killed and waited for when the test
 // ends; if the test failed, the tail of each node's log is logged.
+// One node is a plain JetStream server, with no cluster.
 func Start(t testing.TB, n int, opts Options) *Cluster {
 	t.Helper()
-	if n < 1 {
-		t.Fatalf("natscluster: %d nodes", n)
-	}
-	if opts.Name == "" {
-		opts.Name = "a2a"
-	}
-	c := &Cluster{t: t, bin: testbin.Build(t, ServerPackage), opts: opts}
+	c := newCluster(testbin.Build(t, ServerPackage), opts)
+	c.t = t
 	// Made before the cleanup is registered, so that it is removed only
 	// after every node has exited and its log has been shown.
 	base := t.TempDir()
 	t.Cleanup(c.cleanup)
-	var lastErr error
+	if err := c.start(base, n, t.Logf); err != nil {
+		t.Fatalf("natscluster: %v", err)
+	}
+	return c
+}
+
+// Launch is Start for a program that is not a test: it starts n nodes
+// of the nats-server binary bin in a temporary folder and waits until
+// they are ready as Start does. It returns an error, with the tail of
+// each node's log, when they are not. Close kills the nodes and removes
+// the folder. Restart, Stop and WaitHealthy, which report to a test,
+// panic on their failure instead.
+func Launch(bin string, n int, opts Options) (*Cluster, error) {
+	base, err := os.MkdirTemp("", "natscluster-")
+	if err != nil {
+		return nil, fmt.Errorf("natscluster: %w", err)
+	}
+	c := newCluster(bin, opts)
+	c.dir = base
+	if err := c.start(base, n, func(string, ...any) {}); err != nil {
+		tails := c.tails()
+		c.Close()
+		return nil, fmt.Errorf("natscluster: %w\n%s", err, tails)
+	}
+	return c, nil
+}
+
+func newCluster(bin string, opts Options) *Cluster {
+	if opts.Name == "" {
+		opts.Name = "a2a"
+	}
+	return &Cluster{bin: bin, opts: opts}
+}
+
+// start starts n nodes in base, on other ports again while a port chosen
+// was taken meanwhile (logf tells of each such try). A failed start
+// leaves no node running.
+func (c *Cluster) start(base string, n int, logf func(format string, args ...any)) error {
+	if n < 1 {
+		return fmt.Errorf("%d nodes", n)
+	}
+	var err error
 	for try := range startTries {
-		err := c.start(base, try, n)
-		if err == nil {
-			return c
+		if err = c.startOnce(base, try, n); err == nil {
+			return nil
 		}
-		lastErr = err
 		c.killAll()
 		if !errors.Is(err, errPortTaken) {
 			break
 		}
-		t.Logf("natscluster: start %d: %v; trying other ports", try+1, err)
+		logf("natscluster: start %d: %v; trying other ports", try+1, err)
 	}
-	t.Fatalf("natscluster: %v", lastErr)
-	return nil
+	return err
 }
 
 // errPortTaken: a node could not bind a port chosen for it, which
 // something else took between the choice and the bind.
 var errPortTaken = errors.New("a port was taken meanwhile")
 
-// start makes the nodes' configs on fresh ports and starts them.
-func (c *Cluster) start(base string, try, n int) error {
+// startOnce makes the nodes' configs on fresh ports and starts them.
+func (c *Cluster) startOnce(base string, try, n int) error {
 	ports, err := freePorts(3 * n)
 	if err != nil {
 		return err
@@ -176,11 +215,13 @@ func (c *Cluster) config(nd *node, routes []string) string {
 	fmt.Fprintf(&b, "server_name: %s\n", nd.name)
 	fmt.Fprintf(&b, "listen: 127.0.0.1:%d\n", nd.client)
 	fmt.Fprintf(&b, "http: 127.0.0.1:%d\n", nd.monitor)
-	fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  routes: [\n", c.opts.Name, nd.route)
-	for _, r := range routes {
-		fmt.Fprintf(&b, "    %s\n", r)
+	if len(routes) > 1 {
+		fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  routes: [\n", c.opts.Name, nd.route)
+		for _, r := range routes {
+			fmt.Fprintf(&b, "    %s\n", r)
+		}
+		b.WriteString("  ]\n}\n")
 	}
-	b.WriteString("  ]\n}\n")
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", filepath.Join(nd.dir, "store"))
 	if c.opts.SyncAlways {
 		b.WriteString("  sync_interval: always\n")
@@ -248,9 +289,7 @@ func (c *Cluster) launch(nd *node) error {
 // waitReady waits until nd answers healthz with a meta leader known, or
 // its process exits, or the deadline passes.
 func (c *Cluster) waitReady(nd *node) error {
-	nd.mu.Lock()
-	exited := nd.exited
-	nd.mu.Unlock()
+	_, exited := nd.current()
 	url := fmt.Sprintf("http://127.0.0.1:%d/healthz?js-meta-only=true", nd.monitor)
 	client := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(readyTimeout)
@@ -353,6 +392,9 @@ func (c *Cluster) probePlacement() error {
 }
 
 func (c *Cluster) waitMetaPeers() error {
+	if len(c.nodes) == 1 {
+		return nil // no cluster, no meta leader
+	}
 	type jsz struct {
 		Meta *struct {
 			Leader   string `json:"leader"`
@@ -405,6 +447,14 @@ func (c *Cluster) waitMetaPeers() error {
 	}
 }
 
+// current returns nd's last process started and the channel closed once
+// it has exited; nil for a node never started.
+func (nd *node) current() (proc *exec.Cmd, exited chan struct{}) {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.proc, nd.exited
+}
+
 func (nd *node) exitErr() error {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
@@ -438,11 +488,8 @@ func (c *Cluster) MonitorURL(i int) string {
 
 // Kill kills node i with SIGKILL and waits for its process to exit.
 func (c *Cluster) Kill(i int) {
-	c.t.Helper()
 	nd := c.nodes[i]
-	nd.mu.Lock()
-	proc, exited := nd.proc, nd.exited
-	nd.mu.Unlock()
+	proc, exited := nd.current()
 	if proc == nil {
 		return
 	}
@@ -454,11 +501,11 @@ func (c *Cluster) Kill(i int) {
 // process to exit; one that does not exit within a deadline is killed
 // and the test fails.
 func (c *Cluster) Stop(i int) {
-	c.t.Helper()
+	if c.t != nil {
+		c.t.Helper()
+	}
 	nd := c.nodes[i]
-	nd.mu.Lock()
-	proc, exited := nd.proc, nd.exited
-	nd.mu.Unlock()
+	proc, exited := nd.current()
 	if proc == nil {
 		return
 	}
@@ -471,52 +518,63 @@ func (c *Cluster) Stop(i int) {
 	case <-time.After(stopTimeout):
 		_ = proc.Process.Kill()
 		<-exited
-		c.t.Errorf("natscluster: %s did not exit within %v of SIGTERM", nd.name, stopTimeout)
+		c.fail(false, "natscluster: %s did not exit within %v of SIGTERM", nd.name, stopTimeout)
 	}
 }
 
-// Restart starts node i again, after Kill or Stop, on the same ports and
-// store directory, and waits until it answers with a meta leader known
-// and the leader counts every running node as a current, online peer.
-// It fails the test when the node does not come back.
-func (c *Cluster) Restart(i int) {
-	c.t.Helper()
-	nd := c.nodes[i]
-	nd.mu.Lock()
-	exited := nd.exited
-	nd.mu.Unlock()
-	if exited != nil {
-		select {
-		case <-exited:
-		default:
-			c.t.Fatalf("natscluster: restart %s: it is still running", nd.name)
+// Restart starts the given nodes again, after Kill or Stop, each on its
+// same ports and store directory, and waits until each answers with a
+// meta leader known and the leader counts every running node as a
+// current, online peer. Nodes restarted together start at once: a
+// cluster stopped whole has no meta leader until a quorum is back. It
+// fails the test when a node does not come back.
+func (c *Cluster) Restart(nodes ...int) {
+	if c.t != nil {
+		c.t.Helper()
+	}
+	for _, i := range nodes {
+		if c.Running(i) {
+			c.fail(true, "natscluster: restart %s: it is still running", c.nodes[i].name)
+			return
 		}
 	}
 	var err error
 	// The old process's listening ports may linger a moment after it
-	// exits; a bind failure is tried again.
+	// exits; a node whose bind failed is started again.
 	for try := range startTries {
-		if err = c.launch(nd); err == nil {
-			if err = c.waitReady(nd); err == nil {
-				if err = c.waitPeers(); err == nil {
-					return
-				}
-			}
+		if err = c.restart(nodes); err == nil {
+			return
 		}
 		if !errors.Is(err, errPortTaken) {
 			break
 		}
 		time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 	}
-	c.t.Fatalf("natscluster: restart %s: %v", nd.name, err)
+	c.fail(true, "natscluster: restart %v: %v", nodes, err)
+}
+
+// restart starts those of nodes that are not running and waits until
+// every one of nodes is ready and counted by the meta leader.
+func (c *Cluster) restart(nodes []int) error {
+	for _, i := range nodes {
+		if !c.Running(i) {
+			if err := c.launch(c.nodes[i]); err != nil {
+				return err
+			}
+		}
+	}
+	for _, i := range nodes {
+		if err := c.waitReady(c.nodes[i]); err != nil {
+			return err
+		}
+	}
+	return c.waitPeers()
 }
 
 // Running reports whether node i's process is running.
 func (c *Cluster) Running(i int) bool {
 	nd := c.nodes[i]
-	nd.mu.Lock()
-	exited := nd.exited
-	nd.mu.Unlock()
+	_, exited := nd.current()
 	if exited == nil {
 		return false
 	}
@@ -532,7 +590,9 @@ func (c *Cluster) Running(i int) bool {
 // and consumer it holds is current), or fails the test at the deadline.
 // After a Restart, it tells when the node has caught up.
 func (c *Cluster) WaitHealthy(ctx context.Context, i int) {
-	c.t.Helper()
+	if c.t != nil {
+		c.t.Helper()
+	}
 	nd := c.nodes[i]
 	url := fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.monitor)
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -553,7 +613,8 @@ func (c *Cluster) WaitHealthy(ctx context.Context, i int) {
 		}
 		select {
 		case <-ctx.Done():
-			c.t.Fatalf("natscluster: %s not healthy (healthz: %s)", nd.name, last)
+			c.fail(true, "natscluster: %s not healthy (healthz: %s)", nd.name, last)
+			return
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -565,19 +626,60 @@ func (c *Cluster) Log(i int) string {
 	return string(b)
 }
 
+// fail reports a failure to the test of Start, which ends it when
+// fatal; a cluster from Launch has no test to fail, and panics.
+func (c *Cluster) fail(fatal bool, format string, args ...any) {
+	if c.t == nil {
+		panic(fmt.Sprintf(format, args...))
+	}
+	c.t.Helper()
+	if fatal {
+		c.t.Fatalf(format, args...)
+	}
+	c.t.Errorf(format, args...)
+}
+
+// Close kills every node and waits for it to exit, then removes the
+// folder that Launch made for the nodes. It is idempotent. A cluster
+// from Start is closed when its test ends, and may be closed before.
+func (c *Cluster) Close() {
+	c.closeOnce.Do(func() {
+		c.killAll()
+		if c.dir != "" {
+			_ = os.RemoveAll(c.dir)
+		}
+	})
+}
+
+// PIDs returns the process ids of the running nodes, in node order.
+func (c *Cluster) PIDs() []int {
+	var pids []int
+	for i, nd := range c.nodes {
+		if proc, _ := nd.current(); proc != nil && c.Running(i) {
+			pids = append(pids, proc.Process.Pid)
+		}
+	}
+	return pids
+}
+
 // cleanup kills every node and, if the test failed, logs the tail of
 // each node's log.
 func (c *Cluster) cleanup() {
-	c.killAll()
-	if !c.t.Failed() {
-		return
+	c.Close()
+	if c.t.Failed() {
+		c.t.Log(c.tails())
 	}
+}
+
+// tails is the tail of every node's log, for a failed start or test.
+func (c *Cluster) tails() string {
+	var b strings.Builder
 	for _, nd := range c.nodes {
-		if nd == nil {
-			continue
+		if nd != nil {
+			fmt.Fprintf(&b, "natscluster: tail of %s's log (%s):\n%s\n", nd.name, nd.log, tail(nd.log, logTailLines))
 		}
-		c.t.Logf("natscluster: tail of %s's log (%s):\n%s", nd.name, nd.log, tail(nd.log, logTailLines))
 	}
+	return b.String()
 }
 
 func (c *Cluster) killAll() {

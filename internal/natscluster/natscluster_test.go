@@ -3,6 +3,7 @@ package natscluster_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -103,17 +104,89 @@ authorization {
 func TestAClusterWithAnAuthCalloutStarts(t *testing.T) {
 	t.Run("with a probe user", func(t *testing.T) {
 		c := natscluster.Start(t, 3, natscluster.Options{Extra: calloutConfig(t), ProbeUser: "app", ProbePassword: "apppw"})
-		nc, err := nats.Connect(c.URL(1), nats.UserInfo("app", "apppw"))
+		require.NoError(t, createR3(t, c.URL(1), nats.UserInfo("app", "apppw")), "the probe saw a stream placed on every node")
+	})
+	t.Run("without", func(t *testing.T) {
+		natscluster.Start(t, 3, natscluster.Options{Extra: calloutConfig(t)})
+	})
+}
+
+// createR3 connects to url with opts and makes there a stream with a
+// replica on each of three nodes.
+func createR3(t *testing.T, url string, opts ...nats.Option) error {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
+	return err
+}
+
+// A program that is not a test launches a cluster from a binary it built:
+// the cluster is ready for an R3 stream at once, its nodes' processes are
+// known, and Close (twice) kills them and removes their folder. A binary
+// that is no server fails the launch, and leaves nothing behind.
+func TestLaunchWithoutATest(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	bin := testbin.Build(t, natscluster.ServerPackage)
+
+	c, err := natscluster.Launch(bin, 3, natscluster.Options{Name: "launched"})
+	require.NoError(t, err)
+	defer c.Close()
+	require.Len(t, c.PIDs(), 3)
+	require.NoError(t, createR3(t, c.URL(2)), "a launched cluster places a stream on every node")
+	entries, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries, "the nodes' folder")
+
+	c.Close()
+	c.Close()
+	for i := range c.N() {
+		assert.False(t, c.Running(i))
+	}
+	assert.Empty(t, c.PIDs())
+	entries, err = os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "Close removes the nodes' folder")
+
+	_, err = natscluster.Launch(os.Args[0], 2, natscluster.Options{})
+	require.Error(t, err, "a test binary is no nats-server")
+	entries, err = os.ReadDir(tmp)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "a failed launch removes the nodes' folder")
+}
+
+// One node is a plain JetStream server: it keeps a file stream's
+// messages across a kill and a restart.
+func TestOneNodeIsAPlainServer(t *testing.T) {
+	c := natscluster.Start(t, 1, natscluster.Options{})
+	assert.NotContains(t, c.Log(0), "Cluster name is")
+	publish := func(n int) *jetstream.StreamInfo {
+		t.Helper()
+		nc, err := nats.Connect(c.URL(0))
 		require.NoError(t, err)
 		defer nc.Close()
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Replicas: 3})
-		require.NoError(t, err, "the probe saw a stream placed on every node")
-	})
-	t.Run("without", func(t *testing.T) {
-		natscluster.Start(t, 3, natscluster.Options{Extra: calloutConfig(t)})
-	})
+		s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}})
+		require.NoError(t, err)
+		for range n {
+			_, err := js.Publish(ctx, "s.x", []byte("x"))
+			require.NoError(t, err)
+		}
+		info, err := s.Info(ctx)
+		require.NoError(t, err)
+		return info
+	}
+	assert.Equal(t, uint64(3), publish(3).State.Msgs)
+	c.Kill(0)
+	c.Restart(0)
+	assert.Equal(t, uint64(4), publish(1).State.Msgs)
 }

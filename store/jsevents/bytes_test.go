@@ -5,16 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/a2a-bus/a2a-bus/internal/testbin"
+	"github.com/a2a-bus/a2a-bus/internal/natscluster"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/store/jsevents"
 )
@@ -291,32 +288,5 @@ func TestALogRemembersTheSessionsItUsedLast(t *testing.T) {
 // and returns its URL. It is killed and waited for at the end.
 func startServer(t testing.TB) string {
 	t.Helper()
-	c := &cluster{t: t, bin: testbin.Build(t, "github.com/nats-io/nats-server/v2")}
-	dir := t.TempDir()
-	n := &node{name: "single", port: freePorts(t, 1)[0], dir: filepath.Join(dir, "store"), logFile: filepath.Join(dir, "log")}
-	c.nodes = []*node{n}
-	t.Cleanup(func() {
-		c.kill(n)
-		if t.Failed() {
-			log, _ := os.ReadFile(n.logFile)
-			t.Logf("nats-server's log:\n%s", log)
-		}
-	})
-	log, err := os.Create(n.logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	cmd := exec.Command(c.bin, "-a", "127.0.0.1", "-p", fmt.Sprint(n.port), "--server_name", n.name, "-js", "--sd", n.dir)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.cmd, n.exited = cmd, make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(n.exited)
-	}()
-	c.waitJetStream(n)
-	return n.url()
+	return natscluster.Start(t, 1, natscluster.Options{}).URL(0)
 }

@@ -2,11 +2,8 @@ package jsevents_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,197 +12,53 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/a2a-bus/a2a-bus/internal/testbin"
+	"github.com/a2a-bus/a2a-bus/internal/natscluster"
 	"github.com/a2a-bus/a2a-bus/store/jsevents"
 )
 
-// cluster is three nats-server processes with JetStream, clustered on
-// loopback ports, each with its own store dir.
-type cluster struct {
-	t     testing.TB
-	bin   string
-	nodes []*node
-}
-
-type node struct {
-	name              string
-	port, clusterPort int
-	dir, logFile      string
-	cmd               *exec.Cmd
-	exited            chan struct{}
-}
-
-func (n *node) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
+// startCluster starts three nats-server processes clustered with
+// JetStream on loopback, each with its own store dir, ready to place a
+// stream's replica on every node. Every process is killed and waited for
+// at the end.
+func startCluster(t testing.TB) *natscluster.Cluster {
 	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return ports
+	return natscluster.Start(t, 3, natscluster.Options{Name: "jsevents"})
 }
 
-// startCluster starts a 3-node cluster and waits until JetStream answers
-// on every node. Every process is killed and waited for at the end.
-func startCluster(t testing.TB) *cluster {
-	t.Helper()
-	c := &cluster{t: t, bin: testbin.Build(t, "github.com/nats-io/nats-server/v2")}
-	ports := freePorts(t, 6)
-	dir := t.TempDir()
-	for i := range 3 {
-		c.nodes = append(c.nodes, &node{
-			name:        fmt.Sprintf("n%d", i+1),
-			port:        ports[2*i],
-			clusterPort: ports[2*i+1],
-			dir:         filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			logFile:     filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
-		})
-	}
-	t.Cleanup(func() {
-		for _, n := range c.nodes {
-			c.kill(n)
-		}
-		if t.Failed() {
-			for _, n := range c.nodes {
-				log, _ := os.ReadFile(n.logFile)
-				t.Logf("%s's log:\n%s", n.name, log)
-			}
-		}
-	})
-	for _, n := range c.nodes {
-		c.start(n)
-	}
-	for _, n := range c.nodes {
-		c.waitJetStream(n)
-	}
-	return c
-}
-
-func (c *cluster) start(n *node) {
-	c.t.Helper()
-	var routes []string
-	for _, m := range c.nodes {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", m.clusterPort))
-	}
-	log, err := os.OpenFile(n.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer log.Close()
-	cmd := exec.Command(c.bin,
-		"-a", "127.0.0.1", "-p", fmt.Sprint(n.port),
-		"--server_name", n.name,
-		"--cluster_name", "jsevents",
-		"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", n.clusterPort),
-		"--routes", strings.Join(routes, ","),
-		"-js", "--sd", n.dir)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		c.t.Fatalf("start %s: %v", n.name, err)
-	}
-	n.cmd, n.exited = cmd, make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(n.exited)
-	}()
-}
-
-// kill sends SIGKILL to n and waits for it to exit; a node not running is
-// left alone.
-func (c *cluster) kill(n *node) {
-	if n.cmd == nil {
-		return
-	}
-	_ = n.cmd.Process.Kill()
-	<-n.exited
-	n.cmd = nil
-}
-
-// waitJetStream waits until n answers JetStream API requests (a meta
-// leader exists and n knows it).
-func (c *cluster) waitJetStream(n *node) {
-	c.t.Helper()
-	ctx := testContext(c.t)
-	for {
-		err := func() error {
-			nc, err := nats.Connect(n.url(), nats.NoReconnect())
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			actx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			_, err = js.AccountInfo(actx)
-			return err
-		}()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			log, _ := os.ReadFile(n.logFile)
-			c.t.Fatalf("%s: JetStream not ready: %v\n%s", n.name, err, log)
-		case <-n.exited:
-			log, _ := os.ReadFile(n.logFile)
-			c.t.Fatalf("%s exited\n%s", n.name, log)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-// urls is every node's URL, n's first: a client of n that fails over to
-// the others when n dies.
-func (c *cluster) urls(first *node) string {
-	u := []string{first.url()}
-	for _, m := range c.nodes {
-		if m != first {
-			u = append(u, m.url())
+// clusterURLs is every node's URL, node first's first: a client of that node
+// that fails over to the others when it dies.
+func clusterURLs(c *natscluster.Cluster, first int) string {
+	u := []string{c.URL(first)}
+	for i := range c.N() {
+		if i != first {
+			u = append(u, c.URL(i))
 		}
 	}
 	return strings.Join(u, ",")
 }
 
-func (c *cluster) node(name string) *node {
-	for _, n := range c.nodes {
-		if n.name == name {
-			return n
-		}
-	}
-	c.t.Fatalf("no node %q", name)
-	return nil
-}
-
 // streamLeader returns the node that leads the stream.
-func (c *cluster) streamLeader(nc *nats.Conn, stream string) *node {
-	c.t.Helper()
+func streamLeader(t testing.TB, c *natscluster.Cluster, nc *nats.Conn, stream string) int {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
-	ctx := testContext(c.t)
+	ctx := testContext(t)
 	for {
 		s, err := js.Stream(ctx, stream)
 		if err == nil && s.CachedInfo().Cluster != nil && s.CachedInfo().Cluster.Leader != "" {
-			return c.node(s.CachedInfo().Cluster.Leader)
+			leader := s.CachedInfo().Cluster.Leader
+			for i := range c.N() {
+				if c.Name(i) == leader {
+					return i
+				}
+			}
+			t.Fatalf("stream %s: led by %q, no node of the cluster", stream, leader)
 		}
 		select {
 		case <-ctx.Done():
-			c.t.Fatalf("stream %s: no leader: %v", stream, err)
+			t.Fatalf("stream %s: no leader: %v", stream, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -220,11 +73,11 @@ func TestClusterAppendsFromThreeNodesStayDense(t *testing.T) {
 	c := startCluster(t)
 	cfg := jsevents.Config{Replicas: 3}
 	var logs []*jsevents.Log
-	for _, n := range c.nodes {
-		logs = append(logs, open(t, connect(t, c.urls(n)), cfg))
+	for i := range c.N() {
+		logs = append(logs, open(t, connect(t, clusterURLs(c, i)), cfg))
 	}
 	sessions := []string{"one", "two"}
-	sub := connect(t, c.urls(c.nodes[0]))
+	sub := connect(t, clusterURLs(c, 0))
 	recs := map[string]*recorder{}
 	for _, id := range sessions {
 		recs[id] = record(t, sub, id)
@@ -239,7 +92,7 @@ func TestClusterAppendsFromThreeNodesStayDense(t *testing.T) {
 	})
 
 	t.Run("stale", func(t *testing.T) {
-		rec := record(t, connect(t, c.urls(c.nodes[2])), "stale")
+		rec := record(t, connect(t, clusterURLs(c, 2)), "stale")
 		a, b := logs[0], logs[1]
 		appendID(t, b, "stale", "b1")
 		appendID(t, a, "stale", "a2")
@@ -270,20 +123,14 @@ func TestClusterKillALeaderDuringAppends(t *testing.T) {
 	c := startCluster(t)
 	cfg := jsevents.Config{Replicas: 3}
 	var logs []*jsevents.Log
-	for _, n := range c.nodes {
-		logs = append(logs, open(t, connect(t, c.urls(n)), cfg))
+	for i := range c.N() {
+		logs = append(logs, open(t, connect(t, clusterURLs(c, i)), cfg))
 	}
 	sessions := []string{"k1", "k2"}
 	// The subscriber and the checks on a node that is not killed.
-	leader := c.streamLeader(connect(t, c.urls(c.nodes[0])), jsevents.DefaultStream)
-	var watcher *node
-	for _, n := range c.nodes {
-		if n != leader {
-			watcher = n
-			break
-		}
-	}
-	sub := connect(t, watcher.url())
+	leader := streamLeader(t, c, connect(t, clusterURLs(c, 0)), jsevents.DefaultStream)
+	watcher := (leader + 1) % c.N()
+	sub := connect(t, c.URL(watcher))
 	recs := map[string]*recorder{}
 	for _, id := range sessions {
 		recs[id] = record(t, sub, id)
@@ -296,7 +143,7 @@ func TestClusterKillALeaderDuringAppends(t *testing.T) {
 	res := appendConcurrently(t, "before", logs, sessions, 2, perWriter, func(ok int64) {
 		switch {
 		case ok == 60 && killedAt.CompareAndSwap(0, ok):
-			c.kill(leader)
+			c.Kill(leader)
 			close(killed)
 		case ok == 150 && restartedAt.CompareAndSwap(0, ok):
 			close(restart)
@@ -313,8 +160,7 @@ func TestClusterKillALeaderDuringAppends(t *testing.T) {
 		t.Fatal("appends did not go on after the leader died")
 	}
 	// Back with its store; appends go on densely.
-	c.start(leader)
-	c.waitJetStream(leader)
+	c.Restart(leader)
 	after := appendConcurrently(t, "after", logs, sessions, 1, 5, nil)
 	for _, id := range sessions {
 		for seq, x := range after[id] {
@@ -351,7 +197,7 @@ func logStats(t *testing.T, logs []*jsevents.Log) {
 // which it purges every few appends.
 func BenchmarkClusterAppend(b *testing.B) {
 	c := startCluster(b)
-	nc := connect(b, c.urls(c.nodes[0]))
+	nc := connect(b, clusterURLs(c, 0))
 	cfg := jsevents.Config{Replicas: 3, MaxBytes: 4 << 20}
 	l := open(b, nc, cfg)
 	js, err := jetstream.New(nc)
@@ -387,8 +233,8 @@ func BenchmarkClusterAppend(b *testing.B) {
 		b.ReportMetric(float64(l.Stats().Purges)/float64(b.N), "purges/op")
 	})
 	logs := []*jsevents.Log{l}
-	for _, n := range c.nodes[1:] {
-		logs = append(logs, open(b, connect(b, c.urls(n)), cfg))
+	for i := 1; i < c.N(); i++ {
+		logs = append(logs, open(b, connect(b, clusterURLs(c, i)), cfg))
 	}
 	// Six at a time, from the three nodes.
 	b.Run("bare-publish-parallel", func(b *testing.B) {
@@ -435,11 +281,19 @@ func BenchmarkClusterAppend(b *testing.B) {
 
 // A Log opened while a node of the cluster is offline (just started, or
 // restarting) cannot place the stream's three replicas yet: Open waits
-// for the node, as it waits for a meta leader, instead of failing.
+// for the node, as it waits for a meta leader, instead of failing. The
+// cluster is stopped whole and started again without one node, which the
+// others have then never heard from since their start (a node they have
+// heard from stays a place for replicas while it is down); Open starts
+// once they refuse to place three replicas, and the node comes back.
 func TestOpenWaitsForTheNodesToPlaceTheStream(t *testing.T) {
 	c := startCluster(t)
-	c.kill(c.nodes[2])
-	nc := connect(t, c.urls(c.nodes[0]))
+	for i := range c.N() {
+		c.Stop(i)
+	}
+	c.Restart(0, 1)
+	nc := connect(t, clusterURLs(c, 0))
+	waitUnplaceable(t, nc)
 	done := make(chan error, 1)
 	go func() {
 		l, err := jsevents.Open(testContext(t), nc, jsevents.Config{Replicas: 3})
@@ -448,8 +302,38 @@ func TestOpenWaitsForTheNodesToPlaceTheStream(t *testing.T) {
 		}
 		done <- err
 	}()
-	c.start(c.nodes[2])
+	c.Restart(2)
 	if err := <-done; err != nil {
 		t.Fatalf("Open with a node offline, then back: %v", err)
+	}
+}
+
+// waitUnplaceable waits until the cluster refuses a stream of three
+// replicas for want of nodes to place them on (JetStream's error 10005,
+// "no suitable peers for placement").
+func waitUnplaceable(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	cfg := jetstream.StreamConfig{Name: "PLACEMENT", Subjects: []string{"placement"}, Storage: jetstream.MemoryStorage, Replicas: 3}
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.CreateStream(actx, cfg)
+		if err == nil {
+			err = js.DeleteStream(actx, cfg.Name)
+		}
+		cancel()
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == 10005 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the cluster places three replicas with a node down that it has not heard from: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }

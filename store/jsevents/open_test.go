@@ -15,8 +15,8 @@ import (
 func TestClusterLogsOpenedAtOnceJoinOneStream(t *testing.T) {
 	c := startCluster(t)
 	var urls []string
-	for _, n := range c.nodes {
-		urls = append(urls, c.urls(n))
+	for i := range c.N() {
+		urls = append(urls, clusterURLs(c, i))
 	}
 	const rounds = 8
 	for round := range rounds {
