@@ -161,6 +161,15 @@ func call(t *testing.T, nc *nats.Conn, subject, inbox, method string, params any
 	t.Helper()
 	body, err := wire.EncodeRequest(uint64(rpcIDs.Add(1)), method, params)
 	require.NoError(t, err)
+	return request(t, nc, subject, inbox, method, body)
+}
+
+// request is call with the request encoded already: a test that sends
+// the same large request many times encodes it once (under -race, an
+// encoding and its copies of 800 KB cost the test more than the broker's
+// work on the request).
+func request(t *testing.T, nc *nats.Conn, subject, inbox, method string, body []byte) (json.RawMessage, error) {
+	t.Helper()
 	reply := inbox + "." + nats.NewInbox()[len(nats.InboxPrefix):]
 	sub, err := nc.SubscribeSync(reply)
 	require.NoError(t, err)
@@ -200,6 +209,21 @@ func (s *sidecar) open(session string) *client {
 
 func (c *client) call(method string, params any) (json.RawMessage, error) {
 	return call(c.t, c.nc, natsbus.RPCSubject(c.session), natsbus.SessionInbox(c.session), method, params)
+}
+
+// encode encodes a request of the client's for request, with an id of
+// its own: a request sent again with it is sent again with that id.
+func (c *client) encode(method string, params any) []byte {
+	c.t.Helper()
+	body, err := wire.EncodeRequest(uint64(rpcIDs.Add(1)), method, params)
+	require.NoError(c.t, err)
+	return body
+}
+
+// request sends a request encoded by encode and returns its result or
+// the broker's error.
+func (c *client) request(method string, body []byte) (json.RawMessage, error) {
+	return request(c.t, c.nc, natsbus.RPCSubject(c.session), natsbus.SessionInbox(c.session), method, body)
 }
 
 // register registers an agent of the client's session and returns its

@@ -46,10 +46,10 @@ func TestStalledSubscribersStayWithinTheMemoryBound(t *testing.T) {
 			s := startSidecar(t)
 			sender := s.open("sender")
 			token, _ := sender.register("source", nil)
+			// Each push is encoded once (client.encode), and sent again as
+			// it is.
 			push := func(to string, size int) []byte {
-				p, err := json.Marshal(wire.SendParams{Token: token, To: to, Oneway: true, Message: textMessage(strings.Repeat("z", size))})
-				require.NoError(t, err)
-				return p
+				return sender.encode(wire.MethodSend, wire.SendParams{Token: token, To: to, Oneway: true, Message: textMessage(strings.Repeat("z", size))})
 			}
 			var pushes [][]byte
 			var sessions []string
@@ -64,7 +64,7 @@ func TestStalledSubscribersStayWithinTheMemoryBound(t *testing.T) {
 				// its replay window): filled before the baseline, they are not
 				// what is measured.
 				for range 6 {
-					_, err := sender.call(wire.MethodSend, json.RawMessage(pushes[i]))
+					_, err := sender.request(wire.MethodSend, pushes[i])
 					require.NoError(t, err)
 				}
 			}
@@ -87,10 +87,10 @@ func TestStalledSubscribersStayWithinTheMemoryBound(t *testing.T) {
 			start := time.Now()
 			said, cutBy := 0, -1
 			for i := range tc.pushes {
-				_, err := sender.call(wire.MethodSend, json.RawMessage(pushes[i%len(pushes)]))
+				_, err := sender.request(wire.MethodSend, pushes[i%len(pushes)])
 				require.NoError(t, err, "push %d", i)
 				if i%10 == 0 {
-					_, err := sender.call(wire.MethodSend, json.RawMessage(small))
+					_, err := sender.request(wire.MethodSend, small)
 					require.NoError(t, err, "push %d to the bystander", i)
 					said++
 					if cutBy < 0 && s.subscribers(sessions...) == 0 {

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -99,14 +100,28 @@ func serveAtOnce(t *testing.T, e *env, agent string, tokens []string, n int, mk 
 // does; in a part's data, which the gateway hands on as it is, they are
 // served. Either way the gateway's heap stays within a small multiple of
 // the bodies in service, whatever their shape.
+//
+// The bound is a ratio to the budget, so the data parts are served by a
+// gateway whose bodies are a quarter of the default (256 KiB, a budget
+// of 2 MiB): under -race, 16 bodies of the default size took 20 to 50 s
+// a shape, and half of them waited out BusyWait. A data part decoded on
+// its way shows as clearly at this size (checked by decoding it in
+// landData: the heap grew by 100 and 178 MiB for a bound of 68; at the
+// default size, 319 and 583 MiB for 272), and one the gateway does not
+// lift is refused at any size. A2A_BUS_SOAK=1 serves them at the default
+// size, as the figures of docs/RELIABILITY.md were measured.
 func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	// Four clients: each may hold a quarter of the budget, so together
 	// they fill it.
-	e := newClientsEnv(t, broker.Config{}, gateway.Config{})
-	var tokens []string
-	for i := range 4 {
-		tokens = append(tokens, e.issue(fmt.Sprint("client-", i)).Token)
+	clients := func(e *clientsEnv) []string {
+		var tokens []string
+		for i := range 4 {
+			tokens = append(tokens, e.issue(fmt.Sprint("client-", i)).Token)
+		}
+		return tokens
 	}
+	e := newClientsEnv(t, broker.Config{}, gateway.Config{})
+	tokens := clients(e)
 	d := e.delegate("chat-1", "scribe")
 	budget := int64(8 * wire.DefaultMaxMessageBytes) // the default
 	const n = 16
@@ -119,14 +134,23 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 	t.Logf("%d hostile 1 MiB metadata bodies at once: the heap grew by %.1f MiB (bound %d MiB)", n, float64(grew)/(1<<20), 4*budget>>20)
 	assert.LessOrEqual(t, grew, uint64(4*budget), "the heap grew past its bound")
 
-	// Data of any shape, 960 KiB each (the broker's message limit leaves
-	// room for its envelope): served in the budget.
-	kept := uint64(n * wire.DefaultMaxMessageBytes) // the broker's memory store keeps each message
+	// Data of any shape, each as large as a body may be but for room for
+	// the broker's envelope (64 KiB at the default): served in the budget.
+	maxBody := int64(wire.DefaultMaxMessageBytes / 4)
+	if os.Getenv("A2A_BUS_SOAK") == "1" {
+		maxBody = wire.DefaultMaxMessageBytes
+	}
+	e = newClientsEnv(t, broker.Config{}, gateway.Config{MaxBodyBytes: maxBody})
+	tokens = clients(e)
+	d = e.delegate("chat-1", "scribe")
+	budget = 8 * maxBody // the default budget for that body size
+	size := int(maxBody - maxBody/16)
+	kept := uint64(n * maxBody) // the broker's memory store keeps each message
 	// The issue's shape, and the one that measured heaviest of [10,…],
 	// [0,…] and [{"a":0},…].
 	for round, unit := range []string{"{}", `{"a":0}`} {
 		outs, grew = serveAtOnce(t, e.env, d.ID(), tokens, n, func(i int) []byte {
-			return dataBody(i+n*(round+1), unit, wire.DefaultMaxMessageBytes-64<<10)
+			return dataBody(i+n*(round+1), unit, size)
 		})
 		served := 0
 		for _, out := range outs {
@@ -138,8 +162,8 @@ func TestHostileBodiesStayWithinTheMemoryBound(t *testing.T) {
 			assert.Contains(t, string(out), `"code":-32603,"message":"the gateway is busy`)
 		}
 		assert.GreaterOrEqual(t, served, n/2, "a budget's worth is served at once")
-		t.Logf("%d data parts [%s,…] of 960 KiB at once: %d served, the heap grew by %.1f MiB (bound %d MiB + %d MiB the broker keeps)",
-			n, unit, served, float64(grew)/(1<<20), bodyFactor*budget>>20, kept>>20)
+		t.Logf("%d data parts [%s,…] of %d KiB at once: %d served, the heap grew by %.1f MiB (bound %d MiB + %d MiB the broker keeps)",
+			n, unit, size>>10, served, float64(grew)/(1<<20), bodyFactor*budget>>20, kept>>20)
 		assert.LessOrEqual(t, grew, uint64(bodyFactor*budget)+kept, "[%s,…]: the heap grew past its bound", unit)
 	}
 }
