@@ -145,6 +145,21 @@ export function intercept(host, wrap) {
 }
 
 /**
+ * Counts the calls of method that the sessions the host opens from now
+ * on make, each retry included: returns {n}.
+ */
+export function countCalls(host, method) {
+  const count = { n: 0 };
+  intercept(host, () => ({
+    call(m, params, signal, next) {
+      if (m === method) count.n++;
+      return next();
+    },
+  }));
+  return count;
+}
+
+/**
  * The scene most fault tests start from: an asker in session s1 has sent
  * a job to a worker in session s2, which has heard of it.
  */
