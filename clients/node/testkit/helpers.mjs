@@ -79,17 +79,6 @@ export function isTerminal(state) {
   return ["completed", "failed", "canceled", "rejected"].includes(state);
 }
 
-/** Resolves after no event for ms (a delegate that should hear nothing). */
-export async function quietFor(d, ms = 500) {
-  try {
-    const ev = await d.wait({ signal: AbortSignal.timeout(ms) });
-    return ev;
-  } catch (err) {
-    if (err?.name === "TimeoutError") return undefined;
-    throw err;
-  }
-}
-
 export { text, existsSync };
 
 /**
