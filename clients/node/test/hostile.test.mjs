@@ -58,8 +58,8 @@ await host.close();
 console.log("done");
 `;
   // The window is racy: try a few times; any freeze is the bug.
-  const runs = await Promise.all([0, 1, 2, 3].map(() => runScript(t, script, 8000)));
-  for (const r of runs) assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 8 s): ${r.out.slice(-300)}`);
+  const runs = await Promise.all([0, 1, 2, 3].map(() => runScript(t, script, 30_000)));
+  for (const r of runs) assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 30 s): ${r.out.slice(-300)}`);
 });
 
 // The same freeze, deterministically: a destroyed stdin is what Node makes
@@ -73,8 +73,8 @@ const err = await host.callHost("a2a.events.replay", { contextId: "x" }).then(()
 await host.close();
 console.log("done", err);
 `;
-  const r = await runScript(t, script, 8000);
-  assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 8 s): ${r.out.slice(-300)}`);
+  const r = await runScript(t, script, 30_000);
+  assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 30 s): ${r.out.slice(-300)}`);
 });
 
 // A request over the broker's message limit: on the pipe the
@@ -87,7 +87,7 @@ console.log("done", err);
 // and a retry would be a second attempt.
 for (const bus of BUSES) {
   test(`TestAnOversizedChangeFailsAtOnceAndIsNotRetried [${bus}]`, async (t) => {
-    const host = await openHost(t, bus, { callTimeoutMs: 1500, retry: { attempts: 3, backoffMs: 10, maxBackoffMs: 10 } });
+    const host = await openHost(t, bus, { retry: { attempts: 3, backoffMs: 10, maxBackoffMs: 10 } });
     const sends = countCalls(host, "a2a.message.send");
     const asker = await (await host.session("s1")).spawn({ name: "asker" });
     await (await host.session("s2")).spawn({ name: "worker" });
@@ -169,6 +169,6 @@ test("TestANullNotificationDoesNotEndTheSession [nats]", async (t) => {
   host.bus.link.nc.publish("a2a.session.s1.events", new TextEncoder().encode("null"));
   await host.bus.link.nc.flush();
   const task = await worker.send("asker", text("still there?"));
-  const ev = await next(asker, 5000);
+  const ev = await next(asker);
   assert.equal(ev.task?.taskId, task.id);
 });

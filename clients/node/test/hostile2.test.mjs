@@ -39,7 +39,7 @@ function countDelivered(d) {
 // and a retry would be a second attempt.
 for (const bus of BUSES) {
   test(`TestARequestNestedTooDeeplyFailsAtOnce [${bus}]`, async (t) => {
-    const host = await openHost(t, bus, { callTimeoutMs: 1500, retry: { attempts: 2, backoffMs: 10, maxBackoffMs: 10 } });
+    const host = await openHost(t, bus, { retry: { attempts: 2, backoffMs: 10, maxBackoffMs: 10 } });
     const sends = countCalls(host, "a2a.message.send");
     const s = await host.session("s1");
     const a = await s.spawn({ name: "a" });
