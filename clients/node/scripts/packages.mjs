@@ -12,19 +12,19 @@
 //       `npm ci` refuses a dependency its lockfile does not hold.
 //
 // Publish every host-* folder first, then host/, all at the same version.
+// host/ is built while the brokers are (one after another).
 //
 //   node scripts/packages.mjs [--out DIR] [--platform P]...
 //
 // --platform: linux-x64, linux-arm64, darwin-x64, darwin-arm64, win32-x64,
 // win32-arm64, or current (this machine's); repeated or comma-separated;
 // default all six. host/ always lists all six.
-import { execFileSync } from "node:child_process";
 import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 
-import { build } from "./build.mjs";
+import { build, run } from "./build.mjs";
 
 const here = fileURLToPath(new URL("..", import.meta.url));
 const moduleRoot = join(here, "..", "..");
@@ -44,19 +44,24 @@ const main = JSON.parse(readFileSync(join(here, "package.json"), "utf8"));
 /** The package name of a platform's broker. */
 export const platformPackage = (platform) => `${main.name}-${platform}`;
 
-/** Writes platform's package into out; returns its folder. */
-export function platformDir(out, platform) {
+/** The Go names of a platform, or an Error. */
+function platformOf(platform) {
   const p = PLATFORMS[platform];
   if (!p) throw new Error(`unknown platform ${platform} (want one of ${Object.keys(PLATFORMS).join(", ")}, or current)`);
+  return p;
+}
+
+/** Writes platform's package into out; resolves with its folder. */
+export async function platformDir(out, platform) {
+  const p = platformOf(platform);
   const [os, cpu] = platform.split("-");
   const dir = join(out, `host-${platform}`);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(join(dir, "bin"), { recursive: true });
   const exe = os === "win32" ? "a2a-bus.exe" : "a2a-bus";
-  execFileSync("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", join(dir, "bin", exe), "./cmd/a2a-bus"], {
+  await run("go", ["build", "-trimpath", "-ldflags=-s -w", "-o", join(dir, "bin", exe), "./cmd/a2a-bus"], {
     cwd: moduleRoot,
     env: { ...process.env, CGO_ENABLED: "0", GOOS: p.goos, GOARCH: p.goarch },
-    stdio: "inherit",
   });
   const pkg = {
     name: platformPackage(platform),
@@ -81,11 +86,11 @@ export function platformDir(out, platform) {
   return dir;
 }
 
-/** Writes the main package, built, into out; returns its folder. */
-export function mainDir(out) {
+/** Writes the main package, built, into out; resolves with its folder. */
+export async function mainDir(out) {
   const dir = join(out, "host");
   rmSync(dir, { recursive: true, force: true });
-  build(join(dir, "dist"));
+  await build(join(dir, "dist"));
   const { scripts, devDependencies, ...pkg } = main;
   pkg.optionalDependencies = Object.fromEntries(Object.keys(PLATFORMS).map((p) => [platformPackage(p), main.version]));
   writeFileSync(join(dir, "package.json"), JSON.stringify(pkg, null, 2) + "\n");
@@ -98,6 +103,12 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const out = resolve(values.out ?? join(here, "npm"));
   let platforms = (values.platform ?? []).flatMap((p) => p.split(",")).map((p) => (p === "current" ? `${process.platform}-${process.arch}` : p));
   if (platforms.length === 0) platforms = Object.keys(PLATFORMS);
-  for (const p of platforms) console.log(platformDir(out, p));
-  console.log(mainDir(out));
+  platforms.forEach(platformOf); // all known before anything is built
+  const brokers = async () => {
+    const dirs = [];
+    for (const p of platforms) dirs.push(await platformDir(out, p));
+    return dirs;
+  };
+  const [dirs, main] = await Promise.all([brokers(), mainDir(out)]);
+  for (const d of [...dirs, main]) console.log(d);
 }

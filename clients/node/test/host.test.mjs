@@ -58,8 +58,8 @@ setInterval(() => {}, 1000);
     assert.ok(pid > 0 && alive(pid), "the broker runs");
     p.kill("SIGKILL");
     await once(p, "close");
-    for (let i = 0; i < 100 && alive(pid); i++) await new Promise((r) => setTimeout(r, 50));
-    assert.ok(!alive(pid), "the broker exited within 5 s of its host");
+    for (const end = Date.now() + 30_000; alive(pid) && Date.now() < end; ) await new Promise((r) => setTimeout(r, 20));
+    assert.ok(!alive(pid), "the broker exits after its host (30 s at most)");
   });
 }
 

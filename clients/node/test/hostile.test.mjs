@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { A2ABusError, ClosedError, UnavailableError } from "../dist/index.js";
-import { BUSES, binary, next, openHost, tempDir, text, checkLeaks } from "../testkit/helpers.mjs";
+import { BUSES, binary, countCalls, next, openHost, tempDir, text, checkLeaks } from "../testkit/helpers.mjs";
 
 checkLeaks();
 
@@ -46,10 +46,11 @@ test("TestACallWhileThePipeBrokerDiesDoesNotFreezeTheProcess [pipe]", async (t) 
   const script = `
 import { Host } from ${JSON.stringify(dist)};
 const host = await Host.open({ bus: "pipe", binary: process.env.A2A_BUS_BINARY, dataDir: "", callTimeoutMs: 3000 });
+const child = host.bus.child;
 process.kill(host.brokerPid, "SIGKILL");
-// The host keeps calling, as a busy runtime does, while the child dies.
-const t0 = Date.now();
-while (Date.now() - t0 < 1000) {
+// The host keeps calling, as a busy runtime does, while the child dies:
+// until the host has seen its end (what a frozen process never does).
+while (host.bus.child === child) {
   host.callHost("a2a.events.replay", { contextId: "x" }).catch(() => {});
   await new Promise((r) => setImmediate(r));
 }
@@ -57,8 +58,8 @@ await host.close();
 console.log("done");
 `;
   // The window is racy: try a few times; any freeze is the bug.
-  const runs = await Promise.all([0, 1, 2, 3].map(() => runScript(t, script, 8000)));
-  for (const r of runs) assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 8 s): ${r.out.slice(-300)}`);
+  const runs = await Promise.all([0, 1, 2, 3].map(() => runScript(t, script, 30_000)));
+  for (const r of runs) assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 30 s): ${r.out.slice(-300)}`);
 });
 
 // The same freeze, deterministically: a destroyed stdin is what Node makes
@@ -72,8 +73,8 @@ const err = await host.callHost("a2a.events.replay", { contextId: "x" }).then(()
 await host.close();
 console.log("done", err);
 `;
-  const r = await runScript(t, script, 8000);
-  assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 8 s): ${r.out.slice(-300)}`);
+  const r = await runScript(t, script, 30_000);
+  assert.ok(!r.hung && /done/.test(r.out), `the process froze (killed after 30 s): ${r.out.slice(-300)}`);
 });
 
 // A request over the broker's message limit: on the pipe the
@@ -82,21 +83,22 @@ console.log("done", err);
 // UnavailableError ("answer lost"), and Session.retry sends it again,
 // attempts × callTimeoutMs in all. The Go client refuses it before
 // sending (pipebus/client.go: transport.ErrTooLarge), not retried.
+// At once: a call that waited for an answer would end as unavailable,
+// and a retry would be a second attempt.
 for (const bus of BUSES) {
   test(`TestAnOversizedChangeFailsAtOnceAndIsNotRetried [${bus}]`, async (t) => {
-    const host = await openHost(t, bus, { callTimeoutMs: 1500, retry: { attempts: 3, backoffMs: 10, maxBackoffMs: 10 } });
+    const host = await openHost(t, bus, { retry: { attempts: 3, backoffMs: 10, maxBackoffMs: 10 } });
+    const sends = countCalls(host, "a2a.message.send");
     const asker = await (await host.session("s1")).spawn({ name: "asker" });
     await (await host.session("s2")).spawn({ name: "worker" });
     const big = "x".repeat(bus === "pipe" ? 2 << 20 : 9 << 20); // over M on the pipe; over the NATS payload on NATS
-    const t0 = Date.now();
     const err = await asker.send("worker", text(big)).then(
       () => undefined,
       (e) => e,
     );
-    const took = Date.now() - t0;
     assert.ok(err, "the send is refused");
-    assert.ok(!(err instanceof UnavailableError), `a request that can never go through is no lost answer (${err.name}: ${err.message.slice(0, 120)}, after ${took} ms)`);
-    assert.ok(took < 1000, `refused at once, not after timeouts and retries (${took} ms)`);
+    assert.ok(!(err instanceof UnavailableError), `a request that can never go through is no lost answer (${err.name}: ${err.message.slice(0, 120)})`);
+    assert.equal(sends.n, 1, "refused at once, not retried");
   });
 }
 
@@ -148,9 +150,9 @@ test("TestASessionConnectionThatIsRefusedFailsTheCall [nats]", async (t) => {
       () => "opened",
       (e) => `failed: ${e.name}`,
     ),
-    new Promise((r) => setTimeout(() => r("still pending after 6 s"), 6000)),
+    new Promise((r) => setTimeout(() => r("still pending after 30 s"), 30_000).unref()),
   ]);
-  assert.match(outcome, /opened|failed/, `Host.session settles within its call timeout (${outcome}; ${opens} credentials asked for meanwhile)`);
+  assert.match(outcome, /opened|failed/, `Host.session settles (${outcome}; ${opens} credentials asked for meanwhile)`);
 });
 
 // NatsSession.subscribe queues m.json() as it is; Feed.take
@@ -162,10 +164,11 @@ test("TestANullNotificationDoesNotEndTheSession [nats]", async (t) => {
   const host = await openHost(t, "nats");
   const asker = await (await host.session("s1")).spawn({ name: "asker" });
   const worker = await (await host.session("s2")).spawn({ name: "worker" });
+  // Once flushed, the server has queued it to s1's connection: the event
+  // the send below makes comes after it.
   host.bus.link.nc.publish("a2a.session.s1.events", new TextEncoder().encode("null"));
   await host.bus.link.nc.flush();
-  await new Promise((r) => setTimeout(r, 200));
   const task = await worker.send("asker", text("still there?"));
-  const ev = await next(asker, 5000);
+  const ev = await next(asker);
   assert.equal(ev.task?.taskId, task.id);
 });

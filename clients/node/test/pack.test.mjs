@@ -3,10 +3,12 @@
 // `npm install` installs the two tarballs in a new folder (the registry
 // gives the rest). There the README's quickstart runs as it is written,
 // with no binary and no a2a-bus on PATH: Host.open starts the platform
-// package's broker. `require` gets the same package.
+// package's broker. `require` gets the same package. What does not
+// depend on another step runs beside it: the two packs, and the three
+// checks of the installed package.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { mkdirSync, readFileSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -17,26 +19,30 @@ const here = (p) => fileURLToPath(new URL(p, import.meta.url));
 const platform = `${process.platform}-${process.arch}`;
 const exe = process.platform === "win32" ? "a2a-bus.exe" : "a2a-bus";
 
-/** Runs a command to its end; returns its stdout. */
+/** Runs a command to its end; resolves with its stdout, rejects with its output when it fails. */
 function run(cmd, args, opts = {}) {
   const npm = cmd === "npm" && process.platform === "win32";
-  return execFileSync(npm ? "npm.cmd" : cmd, args, { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], shell: npm, timeout: 300_000, ...opts });
+  return new Promise((resolve, reject) => {
+    execFile(npm ? "npm.cmd" : cmd, args, { encoding: "utf8", shell: npm, timeout: 300_000, maxBuffer: 64 << 20, ...opts }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`${cmd} ${args.join(" ")}: ${err.message}\n${stdout}${stderr}`, { cause: err }));
+      else resolve(stdout);
+    });
+  });
 }
 
-/** Packs the package in dir into dest; returns npm's account of the tarball. */
-function pack(dir, dest) {
-  const [r] = JSON.parse(run("npm", ["pack", dir, "--json", "--pack-destination", dest, "--loglevel=error"]));
+/** Packs the package in dir into dest; resolves with npm's account of the tarball. */
+async function pack(dir, dest) {
+  const [r] = JSON.parse(await run("npm", ["pack", dir, "--json", "--pack-destination", dest, "--loglevel=error"]));
   return { file: join(dest, r.filename), files: new Map(r.files.map((f) => [f.path, f])) };
 }
 
-test("TestThePackedPackagesRunTheQuickstartInANewFolder", { timeout: 600_000 }, (t) => {
+test("TestThePackedPackagesRunTheQuickstartInANewFolder", { timeout: 600_000 }, async (t) => {
   const dir = tempDir(t);
   const out = join(dir, "npm");
-  run(process.execPath, [here("../scripts/packages.mjs"), "--out", out, "--platform", "current"], { stdio: ["ignore", "ignore", "inherit"] });
+  await run(process.execPath, [here("../scripts/packages.mjs"), "--out", out, "--platform", "current"]);
   const tgz = join(dir, "tgz");
   mkdirSync(tgz);
-  const main = pack(join(out, "host"), tgz);
-  const broker = pack(join(out, `host-${platform}`), tgz);
+  const [main, broker] = await Promise.all([pack(join(out, "host"), tgz), pack(join(out, `host-${platform}`), tgz)]);
 
   // Each tarball holds what it needs and nothing else: no tests, no sources.
   const top = [...main.files.keys()].filter((f) => !f.startsWith("dist/")).sort();
@@ -58,7 +64,7 @@ test("TestThePackedPackagesRunTheQuickstartInANewFolder", { timeout: 600_000 }, 
   const app = join(dir, "app");
   mkdirSync(app);
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "quickstart", version: "1.0.0", private: true, type: "module" }));
-  run("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", main.file, broker.file], { cwd: app });
+  await run("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", main.file, broker.file], { cwd: app });
   const installed = realpathSync(join(app, "node_modules", "@a2a-bus", `host-${platform}`, "bin", exe));
   assert.ok(statSync(installed).isFile());
 
@@ -91,8 +97,6 @@ console.log(brokerBinary());
     XDG_RUNTIME_DIR: join(home, "run"),
   };
   if (process.env.SYSTEMROOT) env.SYSTEMROOT = process.env.SYSTEMROOT; // Windows needs it
-  const ran = run(process.execPath, ["quickstart.mjs"], { cwd: app, env, timeout: 60_000 });
-  assert.equal(ran.trim(), installed);
 
   // The same package by require: its CommonJS build, finding the same broker.
   writeFileSync(
@@ -102,7 +106,6 @@ if (typeof Host.open !== "function") throw new Error("no Host.open");
 console.log(brokerBinary());
 `,
   );
-  assert.equal(run(process.execPath, ["check.cjs"], { cwd: app, env }).trim(), installed);
 
   // TypeScript finds the types of each: an ES module's import, a CommonJS
   // require (node16: where require cannot load an ES module).
@@ -110,5 +113,12 @@ console.log(brokerBinary());
   writeFileSync(join(app, "cjs.cts"), `import host = require("@a2a-bus/host");\nconst b: string = host.brokerBinary();\nconst h: Promise<host.Host> = host.Host.open();\n`);
   const tsc = here("../node_modules/typescript/bin/tsc");
   const types = ["--types", "node", "--typeRoots", here("../node_modules/@types")];
-  run(process.execPath, [tsc, "--noEmit", "--strict", "--module", "node16", ...types, "esm.mts", "cjs.cts"], { cwd: app, stdio: ["ignore", "inherit", "inherit"] });
+
+  const [ran, required] = await Promise.all([
+    run(process.execPath, ["quickstart.mjs"], { cwd: app, env, timeout: 60_000 }),
+    run(process.execPath, ["check.cjs"], { cwd: app, env }),
+    run(process.execPath, [tsc, "--noEmit", "--strict", "--module", "node16", ...types, "esm.mts", "cjs.cts"], { cwd: app }),
+  ]);
+  assert.equal(ran.trim(), installed);
+  assert.equal(required.trim(), installed);
 });

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 
 import { A2ABusError, ClosedError, Codes, SettledError, isCode } from "../dist/index.js";
-import { BUSES, next, openHost, quietFor, text, checkLeaks, intercept } from "../testkit/helpers.mjs";
+import { BUSES, next, openHost, text, checkLeaks, intercept } from "../testkit/helpers.mjs";
 
 /** Records every notification a session's subscriptions receive, before the runtime filters anything. */
 function recordSessions(host) {
@@ -54,14 +54,19 @@ for (const bus of BUSES) {
       await worker.update(mine.id, "completed");
       await nextWorker.update(across.id, "completed");
     }
+    // Then a last task for each delegate, from its session's other one:
+    // every event it heard is one it heard before that task's.
+    const last = new Map();
     for (const [asker, worker] of pairs) {
-      for (const d of [asker, worker]) {
-        for (let ev; (ev = await quietFor(d, 400)); ) {
-          assert.ok(ev.task, "only task events");
-          assert.equal(ev.task.recipient, d.id);
-          assert.equal(ev.task.recipientContextId, d.sessionId);
-          assert.ok([ev.task.task.requesterName, ev.task.task.agentName].includes(d.id), "a task it is a member of");
-        }
+      last.set(worker, await asker.send(worker.id, text("last")));
+      last.set(asker, await worker.send(asker.id, text("last")));
+    }
+    for (const [d, end] of last) {
+      for (let ev; (ev = await next(d)).task?.taskId !== end.id; ) {
+        assert.ok(ev.task, "only task events");
+        assert.equal(ev.task.recipient, d.id);
+        assert.equal(ev.task.recipientContextId, d.sessionId);
+        assert.ok([ev.task.task.requesterName, ev.task.task.agentName].includes(d.id), "a task it is a member of");
       }
     }
     // What reached each session's subscription, before any filtering.

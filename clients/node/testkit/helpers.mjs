@@ -79,17 +79,6 @@ export function isTerminal(state) {
   return ["completed", "failed", "canceled", "rejected"].includes(state);
 }
 
-/** Resolves after no event for ms (a delegate that should hear nothing). */
-export async function quietFor(d, ms = 500) {
-  try {
-    const ev = await d.wait({ signal: AbortSignal.timeout(ms) });
-    return ev;
-  } catch (err) {
-    if (err?.name === "TimeoutError") return undefined;
-    throw err;
-  }
-}
-
 export { text, existsSync };
 
 /**
@@ -106,7 +95,7 @@ export function checkLeaks() {
   const before = count(); // the process's own: its stdio to the test runner
   after(async () => {
     let now;
-    for (let i = 0; i < 50; i++) {
+    for (const end = Date.now() + 10_000; Date.now() < end; ) {
       now = count();
       if (kinds.every((k) => (now[k] ?? 0) <= (before[k] ?? 0))) return;
       await new Promise((r) => setTimeout(r, 20)); // a close under way
@@ -145,6 +134,21 @@ export function intercept(host, wrap) {
 }
 
 /**
+ * Counts the calls of method that the sessions the host opens from now
+ * on make, each retry included: returns {n}.
+ */
+export function countCalls(host, method) {
+  const count = { n: 0 };
+  intercept(host, () => ({
+    call(m, params, signal, next) {
+      if (m === method) count.n++;
+      return next();
+    },
+  }));
+  return count;
+}
+
+/**
  * The scene most fault tests start from: an asker in session s1 has sent
  * a job to a worker in session s2, which has heard of it.
  */
@@ -160,10 +164,10 @@ export async function askerAndWorker(host) {
 export async function killBroker(host) {
   const pid = host.brokerPid;
   process.kill(pid, "SIGKILL");
-  for (let i = 0; i < 1000; i++) {
+  for (const end = Date.now() + 30_000; Date.now() < end; ) {
     const now = host.brokerPid;
     if (now !== undefined && now !== pid) return;
     await new Promise((r) => setTimeout(r, 5));
   }
-  throw new Error("the host did not start its broker again");
+  throw new Error("the host did not start its broker again within 30 s");
 }
