@@ -112,9 +112,11 @@ export class ClosedError extends Error {
 }
 
 /**
- * The NATS server refused the session's subscription to its events (a
- * credential for another session, or an operator's permissions or cap on
- * an external server): asking again gets the same answer.
+ * Refused, and asking again gets the same answer: the NATS server refused
+ * the session's subscription to its events (a credential for another
+ * session, or an operator's permissions or cap on an external server);
+ * or a page's credential was asked of a broker with no WebSocket listener
+ * (Host.sessionCredentials).
  */
 export class RefusedError extends Error {
   override name = "RefusedError";

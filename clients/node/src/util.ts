@@ -1,4 +1,4 @@
-import { ClosedError } from "./errors.js";
+import { A2ABusError, ClosedError, Codes } from "./errors.js";
 
 /** What Queue.get returns when its wait timed out. */
 export const TIMEOUT: unique symbol = Symbol("timeout");
@@ -224,4 +224,26 @@ export function raceAbort<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
 /** v when it is a positive finite number, else the default. */
 export function positive(v: number | undefined, def: number): number {
   return typeof v === "number" && v > 0 && Number.isFinite(v) ? v : def;
+}
+
+/** Why id is no session id (wire.ValidateID), or undefined when it is one. */
+export function badSessionId(id: unknown): string | undefined {
+  if (typeof id !== "string") return `not a string (${typeof id})`;
+  if (id === "") return "required";
+  const bytes = new TextEncoder().encode(id); // a lone surrogate becomes U+FFFD
+  if (bytes.length > 256) return "longer than 256 bytes";
+  if (new TextDecoder().decode(bytes) !== id) return "not valid UTF-8"; // a lone surrogate
+  for (const ch of id) {
+    const c = ch.codePointAt(0)!;
+    if (c < 0x20 || c === 0x7f || (c >= 0x80 && c < 0xa0)) return "contains a control character";
+  }
+  return undefined;
+}
+
+/** Throws the broker's INVALID_PARAMS, as `what`'s, when id is no session id. */
+export function checkSessionId(what: string, id: unknown): asserts id is string {
+  const bad = badSessionId(id);
+  if (bad !== undefined) {
+    throw new A2ABusError(what, { code: Codes.INVALID_PARAMS, message: `id: ${bad} (a session id is 1 to 256 bytes of UTF-8 without control characters)`, data: { code: "INVALID_PARAMS" } });
+  }
 }
