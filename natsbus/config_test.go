@@ -3,6 +3,7 @@ package natsbus
 import (
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func TestValidate(t *testing.T) {
 			b, err := New(tc.cfg)
 			assert.ErrorIs(t, err, ErrBadConfig, "New refuses it too")
 			assert.Nil(t, b)
-			if tc.cfg.Server != (ServerConfig{}) {
+			if !reflect.DeepEqual(tc.cfg.Server, ServerConfig{}) {
 				s, err := StartServer(tc.cfg.Server)
 				if tc.setting != "Server.MaxMessageBytes" {
 					assert.ErrorIs(t, err, ErrBadConfig, "and StartServer")

@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,9 +43,18 @@ type ServerConfig struct {
 	// Listen is the TCP address for clients in other processes, "host:port"
 	// ("127.0.0.1:0" picks a free port). "" means 127.0.0.1 and a free port.
 	Listen string
-	// AllowRemote permits a Listen address off loopback. Off by default:
-	// a broker on a desktop host has no business on the network.
+	// AllowRemote permits a Listen or WebSocketListen address off
+	// loopback. Off by default: a broker on a desktop host has no
+	// business on the network.
 	AllowRemote bool
+	// WebSocketListen, when set, is the address of a WebSocket listener
+	// for web pages (Electron's renderers), "host:port" ("127.0.0.1:0"
+	// picks a free port); see websocket.go. "" means none.
+	WebSocketListen string
+	// WebSocketOrigins are the origins a page may connect from (the
+	// patterns of originPattern); a page of any other is refused at the
+	// upgrade. nil means DefaultWebSocketOrigins.
+	WebSocketOrigins []string
 	// MaxMessageBytes is the protocol's message limit. The server carries
 	// payloads up to wire.NewLimits(MaxMessageBytes).Payload, so that the
 	// broker itself answers an oversized request with -32600 and every
@@ -117,6 +127,14 @@ func (c ServerConfig) Validate() error {
 	if err := CheckListen(c.Listen, c.AllowRemote); err != nil {
 		errs = append(errs, err)
 	}
+	if c.WebSocketListen != "" {
+		if err := CheckListen(c.WebSocketListen, c.AllowRemote); err != nil {
+			errs = append(errs, fmt.Errorf("WebSocketListen: %w", err))
+		}
+	}
+	if _, err := parseOrigins(c.WebSocketOrigins); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -147,6 +165,9 @@ func (c ServerConfig) withDefaults() ServerConfig {
 	if c.MaxSessionPending == 0 {
 		c.MaxSessionPending = DefaultMaxSessionPending
 	}
+	if c.WebSocketOrigins == nil {
+		c.WebSocketOrigins = DefaultWebSocketOrigins
+	}
 	return c
 }
 
@@ -157,6 +178,7 @@ type Server struct {
 	ns    *server.Server
 	token string
 	url   string
+	ws    *wsGate // the WebSocket listener, when configured
 
 	cfg      ServerConfig
 	log      *slog.Logger
@@ -218,13 +240,43 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 		MaxPingsOut:                serverMaxPingsOut,
 		CustomClientAuthentication: s,
 	}
+	var gateLn net.Listener
+	var origins []originPattern
+	if cfg.WebSocketListen != "" {
+		origins, _ = parseOrigins(cfg.WebSocketOrigins) // checked by Validate
+		whost, wport, err := listenAddr(cfg.WebSocketListen, cfg.AllowRemote)
+		if err != nil {
+			return nil, err
+		}
+		if wport == server.RANDOM_PORT {
+			wport = 0
+		}
+		gateLn, err = net.Listen("tcp", net.JoinHostPort(whost, strconv.Itoa(wport)))
+		if err != nil {
+			return nil, fmt.Errorf("natsbus: the WebSocket listener: %w", err)
+		}
+		// The server's own WebSocket listener, behind the gate.
+		opts.Websocket = server.WebsocketOpts{
+			Host:             "127.0.0.1",
+			Port:             server.RANDOM_PORT,
+			NoTLS:            true, // loopback, behind the gate
+			AllowedOrigins:   []string{wsSentinelOrigin},
+			HandshakeTimeout: wsHandshakeTimeout,
+		}
+	}
 	ns, err := server.NewServer(opts)
+	if err != nil && gateLn != nil {
+		gateLn.Close()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: configure server: %w", err)
 	}
 	ns.SetLoggerV2(serverLogger{cfg.Logger}, false, false, false)
 	ns.Start()
 	if !ns.ReadyForConnections(cfg.StartTimeout) {
+		if gateLn != nil {
+			gateLn.Close()
+		}
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		return nil, fmt.Errorf("natsbus: the NATS server did not accept connections on %s within %v (is the port in use?)",
@@ -232,12 +284,19 @@ func StartServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.ns = ns
 	if err := s.linkAccounts(); err != nil {
+		if gateLn != nil {
+			gateLn.Close()
+		}
 		ns.Shutdown()
 		ns.WaitForShutdown()
 		return nil, err
 	}
 	addr := ns.Addr().(*net.TCPAddr)
 	s.url = "nats://" + net.JoinHostPort(addr.IP.String(), strconv.Itoa(addr.Port))
+	if gateLn != nil {
+		backend := strings.TrimPrefix(ns.WebsocketURL(), "ws://")
+		s.ws = startWSGate(gateLn, backend, origins, cfg.Logger)
+	}
 	s.watch = admission.StartWatchdog(watched{s}, admission.WatchConfig{
 		Conn: cfg.SlowConsumerBytes, Session: cfg.SessionPendingBytes, All: cfg.MaxSessionPending,
 		HoldFor: holdFor, ReturnMemory: cfg.ReturnMemory,
@@ -375,6 +434,15 @@ func listenAddr(listen string, allowRemote bool) (string, int, error) {
 // URL returns the server's client URL, without credentials.
 func (s *Server) URL() string { return s.url }
 
+// WebSocketURL is the WebSocket listener's URL ("ws://host:port"), or ""
+// when there is none.
+func (s *Server) WebSocketURL() string {
+	if s.ws == nil {
+		return ""
+	}
+	return s.ws.url
+}
+
 // InProcessConn implements nats.InProcessConnProvider: in-process clients
 // connect without TCP.
 func (s *Server) InProcessConn() (net.Conn, error) { return s.ns.InProcessConn() }
@@ -412,6 +480,9 @@ func (s *Server) drain(timeout time.Duration) {
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.watch.Close()
+		if s.ws != nil {
+			s.ws.close()
+		}
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
 	})

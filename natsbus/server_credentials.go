@@ -104,7 +104,7 @@ func (s *Server) OpenSession(session string) wire.SessionCredentials {
 		s.bySession[session] = m
 	}
 	m[user] = cred
-	return wire.SessionCredentials{URL: s.url, User: user, Password: password}
+	return wire.SessionCredentials{URL: s.url, User: user, Password: password, WSURL: s.WebSocketURL()}
 }
 
 // CloseSession revokes every credential of a session and closes the

@@ -205,6 +205,9 @@ type SessionCredentials struct {
 	URL      string `json:"url"`
 	User     string `json:"user"`
 	Password string `json:"password"`
+	// WSURL is the broker's WebSocket listener, where a web page uses
+	// the same credential; absent when it has none.
+	WSURL string `json:"wsUrl,omitempty"`
 }
 
 // EventKind says what changed in an a2a.task.event.

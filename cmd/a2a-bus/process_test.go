@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
+	"github.com/a2a-bus/a2a-bus/natsbus"
+	"github.com/a2a-bus/a2a-bus/wire"
 )
 
 // broker is a running `a2a-bus serve` child.
@@ -31,6 +34,7 @@ type connection struct {
 	URL   string `json:"url"`
 	Token string `json:"token"`
 	PID   int    `json:"pid"`
+	WSURL string `json:"wsUrl"`
 }
 
 func startServe(t *testing.T, args ...string) *broker {
@@ -152,6 +156,55 @@ func TestTheA2AGatewayFlagsAreChecked(t *testing.T) {
 		assert.Equal(t, 2, exit.ExitCode(), "%v: a bad setting", tc.args)
 		assert.Contains(t, string(out), tc.want, "%v", tc.args)
 	}
+}
+
+func TestTheWebSocketFlagsAreChecked(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ws-listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-listen: natsbus: listen address is not loopback"},
+		{[]string{"--ws-listen", "127.0.0.1:0", "--ws-origins", "https://*.example.com", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-origins: natsbus: bad allowed origin"},
+		{[]string{"--bus=pipe", "--ws-listen", "127.0.0.1:0"}, "--ws-listen is for the NATS bus"},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--ws-listen", "127.0.0.1:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "configure that server's websocket block"},
+	} {
+		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve"}, tc.args...)...)
+		cmd.Env = testEnv(t)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%v", tc.args)
+		assert.Equal(t, 2, exit.ExitCode(), "%v: a bad setting", tc.args)
+		assert.Contains(t, string(out), tc.want, "%v", tc.args)
+	}
+}
+
+// TestServeOverWebSocket: serve --ws-listen names its listener in the
+// connection file and in each session credential, and a session
+// credential calls over it.
+func TestServeOverWebSocket(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "connection.json")
+	b := startServe(t, "--connection-file", path, "--ws-listen", "127.0.0.1:0", "--data-dir", "")
+	require.Regexp(t, `^ws://127\.0\.0\.1:\d+$`, b.conn.WSURL)
+	host, err := natsbus.Dial(natsbus.ClientConfig{URL: b.conn.URL, Token: b.conn.Token, NoReconnect: true})
+	require.NoError(t, err)
+	defer host.Close()
+	res, err := host.CallHost(context.Background(), wire.MethodSessionOpen, wire.SessionParams{ContextID: "chat-1"})
+	require.NoError(t, err)
+	var creds wire.SessionCredentials
+	require.NoError(t, json.Unmarshal(res, &creds))
+	assert.Equal(t, b.conn.WSURL, creds.WSURL)
+	c, err := natsbus.Dial(natsbus.ClientConfig{URL: creds.WSURL, User: creds.User, Password: creds.Password, Session: "chat-1", NoReconnect: true})
+	require.NoError(t, err)
+	defer c.Close()
+	s, err := c.Session(context.Background(), "chat-1")
+	require.NoError(t, err)
+	res, err = s.Call(context.Background(), wire.MethodRegister, wire.RegisterParams{ContextID: "chat-1", Card: &wire.AgentCard{Name: "renderer"}})
+	require.NoError(t, err)
+	var reg wire.RegisterResult
+	require.NoError(t, json.Unmarshal(res, &reg))
+	assert.Equal(t, "renderer", reg.AgentID)
+	c.Close()
+	require.NoError(t, b.stop(t, syscall.SIGTERM))
 }
 
 func TestDemo(t *testing.T) {

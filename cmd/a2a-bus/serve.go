@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +36,8 @@ type serveOptions struct {
 	listen             string
 	allowRemote        bool
 	a2aListen          string
+	wsListen           string
+	wsOrigins          string
 	natsURL            string
 	natsCreds          string
 	state              string
@@ -71,8 +74,10 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bus, "bus", "nats", "the bus: nats or pipe")
 	fs.StringVar(&o.listen, "listen", "", "NATS: the address for clients in other processes (default 127.0.0.1 and a free port)")
-	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen or --a2a-listen address off loopback")
+	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen, --a2a-listen or --ws-listen address off loopback")
 	fs.StringVar(&o.a2aListen, "a2a-listen", "", "NATS: serve the A2A 1.0 gateway on this address (127.0.0.1:0 for a free port); off by default")
+	fs.StringVar(&o.wsListen, "ws-listen", "", "NATS: serve NATS over WebSocket on this address for web pages, such as Electron's renderers (127.0.0.1:0 for a free port); off by default")
+	fs.StringVar(&o.wsOrigins, "ws-origins", strings.Join(natsbus.DefaultWebSocketOrigins, ","), `--ws-listen: the origins a page may connect from, comma-separated: scheme://host[:port|:*], scheme://* (any host), *://* (any scheme but http and https: an app's own, such as app://), "file://", "null"`)
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS: use this server or cluster instead of embedding one")
 	fs.StringVar(&o.natsCreds, "nats-creds", "", "NATS: a credentials file for --nats-url")
 	fs.StringVar(&o.state, "state", "local", `where the broker keeps its state: "local" (--data-dir, or memory) or "jetstream" (the --nats-url cluster's JetStream, shared with the cluster's other brokers)`)
@@ -286,14 +291,17 @@ func (o *serveOptions) validate() error {
 	if o.a2aListen != "" && o.natsURL != "" {
 		return usageErrorf("--a2a-listen: the gateway needs the embedded NATS server, not --nats-url")
 	}
+	if o.wsListen != "" && o.natsURL != "" {
+		return usageErrorf("--ws-listen: a listener of the embedded NATS server; with --nats-url, configure that server's websocket block")
+	}
 	if o.bus == "pipe" {
-		for name, set := range map[string]*bool{"listen": ptr(o.listen != ""), "allow-remote": &o.allowRemote, "nats-url": ptr(o.natsURL != ""), "nats-creds": ptr(o.natsCreds != ""), "connection-file": ptr(o.connectionFile != ""), "a2a-listen": ptr(o.a2aListen != "")} {
+		for name, set := range map[string]*bool{"listen": ptr(o.listen != ""), "allow-remote": &o.allowRemote, "nats-url": ptr(o.natsURL != ""), "nats-creds": ptr(o.natsCreds != ""), "connection-file": ptr(o.connectionFile != ""), "a2a-listen": ptr(o.a2aListen != ""), "ws-listen": ptr(o.wsListen != "")} {
 			if *set && o.origins[name] != fromEnv {
 				return usageErrorf("--%s is for the NATS bus, not --bus=pipe", name)
 			}
 		}
 		// From the environment they are meant for NATS brokers: ignored.
-		o.listen, o.allowRemote, o.natsURL, o.natsCreds, o.connectionFile, o.a2aListen = "", false, "", "", "", ""
+		o.listen, o.allowRemote, o.natsURL, o.natsCreds, o.connectionFile, o.a2aListen, o.wsListen = "", false, "", "", "", "", ""
 	}
 	if o.dataDir == noDataDir {
 		return errors.New("no default data dir: neither XDG_STATE_HOME nor HOME is set; give --data-dir (\"\" keeps tasks in memory)")
@@ -311,10 +319,29 @@ func (o *serveOptions) validate() error {
 			return usageErrorf("--a2a-listen: %v", err)
 		}
 	}
+	if o.wsListen != "" {
+		if err := natsbus.CheckListen(o.wsListen, o.allowRemote); err != nil {
+			return usageErrorf("--ws-listen: %v", err)
+		}
+		if err := (natsbus.ServerConfig{WebSocketOrigins: o.wsOriginList()}).Validate(); err != nil {
+			return usageErrorf("--ws-origins: %v", err)
+		}
+	}
 	return nil
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// wsOriginList is --ws-origins as a list: "" is none.
+func (o *serveOptions) wsOriginList() []string {
+	list := []string{}
+	for _, p := range strings.Split(o.wsOrigins, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			list = append(list, p)
+		}
+	}
+	return list
+}
 
 // abandonAfter sets the gateway's abandon clock from the flag, whose 0
 // means never.
@@ -374,9 +401,10 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	}
 	defer claim.Release()
 	busCfg := natsbus.Config{
-		URL:             o.natsURL,
-		CredsFile:       o.natsCreds,
-		Server:          natsbus.ServerConfig{Listen: o.listen, AllowRemote: o.allowRemote, MaxConnectionsPerSession: o.maxConnsPerSess},
+		URL:       o.natsURL,
+		CredsFile: o.natsCreds,
+		Server: natsbus.ServerConfig{Listen: o.listen, AllowRemote: o.allowRemote, MaxConnectionsPerSession: o.maxConnsPerSess,
+			WebSocketListen: o.wsListen, WebSocketOrigins: o.wsOriginList()},
 		MaxMessageBytes: o.maxMessageBytes,
 		Logger:          log,
 	}
@@ -420,7 +448,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	defer bus.Close()
 	info := connfile.Info{URL: bus.URL(), PID: os.Getpid()}
 	if srv := bus.Server(); srv != nil {
-		info.Token = srv.Token()
+		info.Token, info.WSURL = srv.Token(), srv.WebSocketURL()
 	}
 	// The gateway's port is taken before the connection file is written;
 	// clients that come early wait in the listen queue until it serves.
@@ -466,7 +494,7 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 	}
 	fmt.Fprintln(gate.w, path)
 	gate.open()
-	log.Info("serving on NATS", "url", bus.URL(), "connectionFile", path, "embedded", bus.Server() != nil, "a2aGateway", info.A2AURL)
+	log.Info("serving on NATS", "url", bus.URL(), "connectionFile", path, "embedded", bus.Server() != nil, "a2aGateway", info.A2AURL, "webSocket", info.WSURL)
 	<-ctx.Done()
 	log.Info("shutting down", "why", why(ctx))
 	stopGateway()

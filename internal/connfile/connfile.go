@@ -29,6 +29,9 @@ type Info struct {
 	// (serve --a2a-listen); absent when it is off.
 	A2AURL   string `json:"a2aUrl,omitempty"`
 	A2AToken string `json:"a2aToken,omitempty"`
+	// WSURL is the WebSocket listener for web pages (serve --ws-listen);
+	// absent when it is off.
+	WSURL string `json:"wsUrl,omitempty"`
 	// Broker is, in a cluster (serve --state=jetstream), the broker's
 	// name, which its host's clients name in every request
 	// (natsbus.ClientConfig.Broker).

@@ -292,6 +292,7 @@ export interface SessionCredentials {
   url: string;
   user: string;
   password: string;
+  wsUrl?: string;
 }
 export interface SessionParams {
   contextId: string;

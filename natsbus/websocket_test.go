@@ -1,0 +1,212 @@
+package natsbus_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/a2a-bus/a2a-bus/broker"
+	"github.com/a2a-bus/a2a-bus/natsbus"
+	"github.com/a2a-bus/a2a-bus/wire"
+)
+
+func TestWebSocketOrigins(t *testing.T) {
+	def := natsbus.DefaultWebSocketOrigins
+	for _, tc := range []struct {
+		list   []string
+		origin string
+		ok     bool
+	}{
+		// The default: Electron and local development, no web page.
+		{def, "file://", true},
+		{def, "app://bundle", true},
+		{def, "myapp://main-window:8080", true},
+		{def, "http://localhost:5173", true},
+		{def, "http://LOCALHOST:3000", true},
+		{def, "http://localhost", true},
+		{def, "http://127.0.0.1:8080", true},
+		{def, "http://[::1]:8080", true},
+		{def, "https://localhost:5173", false},
+		{def, "https://example.com", false},
+		{def, "http://example.com", false},
+		{def, "http://localhost.example.com:80", false},
+		{def, "http://127.0.0.2:80", false},
+		{def, "null", false}, // sandboxed frames of any site, and Chromium's file:// pages
+		{def, "file:///etc/passwd", false},
+		{def, "http://user@localhost:80", false},
+		{def, "http://localhost:80/path", false},
+		{def, "not an origin", false},
+		{def, "://x", false},
+		// Listed ones.
+		{[]string{"app://bundle"}, "app://bundle", true},
+		{[]string{"app://bundle"}, "app://other", false},
+		{[]string{"app://bundle"}, "file://", false},
+		{[]string{"https://app.example:8443"}, "https://app.example:8443", true},
+		{[]string{"https://app.example:8443"}, "https://app.example", false},
+		{[]string{"https://app.example"}, "https://app.example:443", true},
+		{[]string{"https://app.example"}, "http://app.example", false},
+		{[]string{"null"}, "null", true},
+		{[]string{"*://*"}, "https://example.com", false}, // a scheme wildcard never means the web
+		{[]string{"*://*"}, "http://localhost:1", false},
+		{[]string{"*://*"}, "null", false},
+		{[]string{"http://*"}, "http://example.com:81", true},
+		{[]string{}, "http://localhost:1", false},
+	} {
+		assert.Equal(t, tc.ok, natsbus.AllowedOrigin(tc.list, tc.origin), "%q with %q", tc.origin, tc.list)
+	}
+	for _, bad := range []string{"", "localhost", "http://", "http://*.example.com", "http://x/y", "http://x:port", "1http://x", "http://x:123456", "http://a:b:c"} {
+		err := natsbus.ServerConfig{WebSocketOrigins: []string{bad}}.Validate()
+		assert.ErrorIs(t, err, natsbus.ErrBadOrigin, "%q", bad)
+	}
+	assert.ErrorIs(t, natsbus.ServerConfig{WebSocketListen: "0.0.0.0:0"}.Validate(), natsbus.ErrNotLoopback)
+	assert.NoError(t, natsbus.ServerConfig{WebSocketListen: "0.0.0.0:0", AllowRemote: true}.Validate())
+}
+
+// wsBroker is a broker on a bus with a WebSocket listener.
+func wsBroker(t *testing.T, origins ...string) *natsbus.Bus {
+	t.Helper()
+	cfg := natsbus.Config{MaxMessageBytes: testLimit, CloseGrace: testGrace,
+		Server: natsbus.ServerConfig{WebSocketListen: "127.0.0.1:0", WebSocketOrigins: origins}}
+	b, err := natsbus.New(cfg)
+	require.NoError(t, err)
+	br, err := broker.New(context.Background(), b, broker.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close(); br.Close() })
+	return b
+}
+
+// upgrade sends a WebSocket upgrade request to addr with origin (none
+// when "") and returns the status of the answer.
+func upgrade(t *testing.T, addr, origin string) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+	req := "GET / HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+	if origin != "" {
+		req += "Origin: " + origin + "\r\n"
+	}
+	_, err = c.Write([]byte(req + "\r\n"))
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestWebSocketListenerChecksOrigins(t *testing.T) {
+	b := wsBroker(t)
+	ws := b.Server().WebSocketURL()
+	require.True(t, strings.HasPrefix(ws, "ws://127.0.0.1:"), ws)
+	creds := openSession(t, b, "s1")
+	assert.Equal(t, ws, creds.WSURL, "a2a.sessions.open names the WebSocket listener")
+	addr := strings.TrimPrefix(ws, "ws://")
+
+	assert.Equal(t, http.StatusSwitchingProtocols, upgrade(t, addr, "http://localhost:5173"))
+	assert.Equal(t, http.StatusSwitchingProtocols, upgrade(t, addr, "file://"))
+	assert.Equal(t, http.StatusSwitchingProtocols, upgrade(t, addr, ""), "no Origin: not a browser, as a TCP client")
+	assert.Equal(t, http.StatusForbidden, upgrade(t, addr, "https://evil.example"))
+	assert.Equal(t, http.StatusForbidden, upgrade(t, addr, "null"))
+
+	// The server's own listener, behind the gate, refuses every origin
+	// a page can have: a page that finds its port gets nowhere.
+	backend := strings.TrimPrefix(b.Server().WebSocketBackend(), "ws://")
+	require.NotEqual(t, addr, backend)
+	assert.Equal(t, http.StatusForbidden, upgrade(t, backend, "http://localhost:5173"))
+	assert.Equal(t, http.StatusForbidden, upgrade(t, backend, "file://"))
+
+	// Plain HTTP gets a word, not a hang.
+	resp, err := http.Get("http://" + addr + "/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUpgradeRequired, resp.StatusCode)
+
+	// Listed origins replace the default.
+	b2 := wsBroker(t, "app://bundle")
+	addr2 := strings.TrimPrefix(b2.Server().WebSocketURL(), "ws://")
+	assert.Equal(t, http.StatusSwitchingProtocols, upgrade(t, addr2, "app://bundle"))
+	assert.Equal(t, http.StatusForbidden, upgrade(t, addr2, "http://localhost:5173"))
+}
+
+func TestNoWebSocketListenerByDefault(t *testing.T) {
+	b := brokerOn(t)
+	assert.Empty(t, b.Server().WebSocketURL())
+	creds := openSession(t, b, "s1")
+	assert.Empty(t, creds.WSURL)
+}
+
+// TestSessionCredentialsOverWebSocket: over WebSocket a session
+// credential has exactly the rights it has over TCP, and calls work.
+func TestSessionCredentialsOverWebSocket(t *testing.T) {
+	b := wsBroker(t)
+	creds := openSession(t, b, "s1")
+	errOpt, errs := asyncErrors()
+	nc, err := nats.Connect(creds.WSURL, nats.UserInfo(creds.User, creds.Password),
+		nats.CustomInboxPrefix(natsbus.SessionInbox("s1")), errOpt, nats.NoReconnect())
+	require.NoError(t, err)
+	defer nc.Close()
+	res, err := rawRequest(t, nc, natsbus.RPCSubject("s1"), wire.MethodRegister, wire.RegisterParams{ContextID: "s1", Card: &wire.AgentCard{Name: "a"}})
+	require.NoError(t, err)
+	var reg wire.RegisterResult
+	require.NoError(t, json.Unmarshal(res, &reg))
+	assert.Equal(t, "a", reg.AgentID)
+
+	_, err = nc.SubscribeSync(natsbus.EventsSubject("s2"))
+	require.NoError(t, err, "the refusal comes asynchronously")
+	select {
+	case err := <-errs:
+		assert.ErrorIs(t, err, nats.ErrPermissionViolation)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server did not refuse another session's events over WebSocket")
+	}
+	require.NoError(t, nc.Publish(natsbus.HostRPC, []byte(`{}`)))
+	select {
+	case err := <-errs:
+		assert.ErrorIs(t, err, nats.ErrPermissionViolation)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server did not refuse the host subject over WebSocket")
+	}
+
+	_, err = nats.Connect(creds.WSURL, nats.UserInfo(creds.User, "wrong"), nats.NoReconnect())
+	assert.ErrorIs(t, err, nats.ErrAuthorization, "a wrong password over WebSocket")
+
+	// Revoking the session closes its WebSocket connections too.
+	host, err := b.Connect(natsbus.ClientConfig{})
+	require.NoError(t, err)
+	defer host.Close()
+	_, err = host.CallHost(context.Background(), wire.MethodSessionClose, wire.SessionCloseParams{ContextID: "s1"})
+	require.NoError(t, err)
+	require.Eventually(t, nc.IsClosed, 10*time.Second, 10*time.Millisecond, "a2a.sessions.close closes the session's WebSocket connection")
+}
+
+// TestWebSocketConnectionsEndAtClose: closing the bus ends the
+// connections the listener carries (and its goroutines: goleak checks).
+func TestWebSocketConnectionsEndAtClose(t *testing.T) {
+	b := wsBroker(t)
+	creds := openSession(t, b, "s1")
+	closed := make(chan struct{})
+	nc, err := nats.Connect(creds.WSURL, nats.UserInfo(creds.User, creds.Password),
+		nats.CustomInboxPrefix(natsbus.SessionInbox("s1")), nats.NoReconnect(),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	require.NoError(t, err)
+	defer nc.Close()
+	require.NoError(t, nc.Flush())
+	require.NoError(t, b.Close())
+	require.NoError(t, b.Close(), "idempotent")
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the WebSocket client was not cut at close")
+	}
+}
