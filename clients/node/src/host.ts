@@ -12,7 +12,6 @@ import { Session, type Retry } from "./runtime.js";
 import { checkSessionId, positive } from "./util.js";
 import type { HostCallArgs, HostMethod, ResultOf } from "./methods.js";
 import type { PageCredentials } from "./browser.js";
-import type { SessionCredentials } from "./wire.gen.js";
 
 export interface HostOptions {
   /** Which bus: "nats" (the default) or "pipe". */
@@ -292,7 +291,7 @@ export class Host extends EventEmitter<HostEvents> {
     if (this.closed) throw new ClosedError("the host is closed");
     checkSessionId("host.sessionCredentials", id);
     if (this.bus.kind !== "nats") throw new RefusedError(`session ${id}: a page connects over WebSocket, to a broker on NATS; this host is on the ${this.bus.kind}`);
-    const creds = (await this.callHost("a2a.sessions.open", { contextId: id }, opts)) as SessionCredentials & { wsUrl?: string };
+    const creds = await this.callHost("a2a.sessions.open", { contextId: id }, opts);
     if (!creds?.wsUrl) {
       throw new RefusedError(`session ${id}: the broker has no WebSocket listener, so a page cannot connect: start it with --ws-listen 127.0.0.1:0 (HostOptions.args)`);
     }

@@ -76,6 +76,19 @@ test("TestThePackageExportsTheEntryAndItsBundle", async () => {
   await assert.rejects(b.connectSession({ contextId: "chat-1" }), TypeError);
 });
 
+test("TestSessionCredentialsNameTheWebSocketListener", async (t) => {
+  const host = await openHost(t, "nats", { args: ["--ws-listen", "127.0.0.1:0"] });
+  const [a, b] = await Promise.all([host.sessionCredentials("chat-1"), host.sessionCredentials("chat-1")]);
+  assert.match(a.wsUrl, /^ws:\/\/127\.0\.0\.1:\d+$/);
+  assert.equal(a.wsUrl, host.bus.connection().wsUrl, "the listener of the connection file");
+  assert.equal(a.url, host.bus.connection().url);
+  assert.ok(a.user && a.password);
+  assert.notEqual(a.password, b.password, "new on every call");
+  await assert.rejects(host.sessionCredentials("a\nb"), (err) => err.code === "INVALID_PARAMS");
+  await host.close();
+  await assert.rejects(host.sessionCredentials("chat-1"), (err) => err.name === "ClosedError");
+});
+
 test("TestSessionCredentialsAreRefusedWithoutAWebSocketListener", async (t) => {
   const nats = await openHost(t, "nats");
   await assert.rejects(nats.sessionCredentials("chat-1"), (err) => {
