@@ -437,6 +437,9 @@ func natsCoreBundle() ([]byte, error) {
 			goos = goruntime.GOOS
 		}
 		exe := filepath.Join(nodeDir(), "node_modules", "@esbuild", goos+"-"+arch, "bin", "esbuild")
+		if goos == "win32" {
+			exe = filepath.Join(nodeDir(), "node_modules", "@esbuild", goos+"-"+arch, "esbuild.exe")
+		}
 		cmd := exec.Command(exe, "--bundle", "--format=esm", "--platform=browser", "--log-level=error")
 		cmd.Dir = nodeDir()
 		cmd.Stdin = strings.NewReader(`export { wsconnect } from "@nats-io/nats-core";`)
