@@ -15,5 +15,5 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv("E2E_FLOOD"); spec != "" {
 		flood(spec) // a child of TestIsolation_AFloodQueuesBehindItself
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
