@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
 
 // shared is the cluster the package's tests share, each under a prefix

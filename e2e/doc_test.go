@@ -15,7 +15,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv("E2E_FLOOD"); spec != "" {
 		flood(spec) // a child of TestIsolation_AFloodQueuesBehindItself
 	}
-	goleak.VerifyTestMain(stopBrowserAfter{m}, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+	goleak.VerifyTestMain(stopBrowserAfter{m}, goleak.Cleanup(testbin.Exit))
 }
 
 // stopBrowserAfter runs the tests, then stops the Chromium the browser

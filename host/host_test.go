@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 		// a host of its own.
 		os.Exit(runChild(role))
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
 
 func ctxT(t *testing.T) context.Context {

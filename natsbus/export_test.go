@@ -28,3 +28,10 @@ func AllowedOrigin(list []string, origin string) bool {
 // WebSocketBackend is the URL of the server's own WebSocket listener,
 // behind the gate.
 func (s *Server) WebSocketBackend() string { return s.ns.WebsocketURL() }
+
+// WebSocketConns counts the connections the WebSocket gate holds.
+func (s *Server) WebSocketConns() int {
+	s.ws.mu.Lock()
+	defer s.ws.mu.Unlock()
+	return len(s.ws.conns)
+}

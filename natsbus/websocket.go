@@ -1,7 +1,6 @@
 package natsbus
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,8 +35,10 @@ import (
 var DefaultWebSocketOrigins = []string{"file://", "*://*", "http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"}
 
 // wsSentinelOrigin is the only origin the server's own WebSocket
-// listener allows: no page has it (.invalid never resolves).
-const wsSentinelOrigin = "http://a2a-bus.invalid"
+// listener allows: no page has it. Port 1 is on every browser's list of
+// blocked ports, so not even a network that resolves .invalid can serve
+// a page of that origin.
+const wsSentinelOrigin = "http://a2a-bus.invalid:1"
 
 // ErrBadOrigin: a WebSocketOrigins pattern that is not one.
 var ErrBadOrigin = errors.New("natsbus: bad allowed origin")
@@ -45,14 +47,17 @@ var ErrBadOrigin = errors.New("natsbus: bad allowed origin")
 //
 //   - "null": the opaque origin (sandboxed frames of any site, data: URLs,
 //     and Chromium's file:// pages), only when listed;
-//   - "file://": Electron's file:// pages;
+//   - "file://": Electron's file:// pages (the origin "file://" exactly);
 //   - "scheme://host", "scheme://host:port", "scheme://host:*",
 //     "scheme://*" (any host and port). The scheme "*" is any scheme but
-//     http and https: an app's custom scheme (app://…), never a web page,
-//     whose origin is http, https or null.
+//     http, https, file and null: an app's custom scheme (app://…), never
+//     a web page, whose origin is http, https or null. "http://*" and
+//     "https://*" are refused: they would admit every web site.
 //
-// Schemes and hosts compare without case; a pattern without a port
-// matches the origin without one or with the scheme's default port.
+// Schemes and hosts compare without case; a host is an ASCII name
+// (browsers send IDNs as punycode), an IPv4 address or a bracketed IPv6
+// one; a port is 1 to 65535 without leading zeros; a pattern without a
+// port matches the origin without one or with the scheme's default port.
 type originPattern struct {
 	raw          string
 	scheme, host string
@@ -85,28 +90,43 @@ func parseOrigin(s string) (originPattern, error) {
 		return originPattern{}, errors.New(`want scheme://host[:port|:*], "file://" or "null"`)
 	}
 	scheme = strings.ToLower(scheme)
-	if scheme != "*" && !validScheme(scheme) {
+	switch {
+	case scheme == "file" || scheme == "null":
+		return originPattern{}, errors.New(`the file and null origins are written "file://" and "null"`)
+	case scheme != "*" && !validScheme(scheme):
 		return originPattern{}, errors.New("bad scheme")
 	}
 	if rest == "*" {
+		if scheme == "http" || scheme == "https" {
+			return originPattern{}, errors.New("it would admit every web site: list the sites")
+		}
 		return originPattern{raw: s, scheme: scheme, host: "*", port: "*"}, nil
 	}
 	if strings.ContainsAny(rest, "/?#@") {
 		return originPattern{}, errors.New("an origin has no path, query, fragment or user")
 	}
 	host, port := rest, ""
+	bracketed := strings.HasPrefix(rest, "[")
 	if h, p, err := net.SplitHostPort(rest); err == nil {
 		host, port = h, p
-		if port != "*" && !digits(port) {
-			return originPattern{}, errors.New("bad port")
+		if port != "*" && !validPort(port) {
+			return originPattern{}, errors.New("bad port: 1 to 65535, no leading zero")
 		}
-	} else if strings.HasPrefix(rest, "[") && strings.HasSuffix(rest, "]") {
+	} else if bracketed && strings.HasSuffix(rest, "]") {
 		host = rest[1 : len(rest)-1]
 	} else if strings.Contains(rest, ":") {
 		return originPattern{}, errors.New("bad host:port")
 	}
-	if host == "" || strings.Contains(host, "*") {
+	switch {
+	case strings.Contains(host, "*"):
 		return originPattern{}, errors.New(`a host wildcard is the whole of it: scheme://*`)
+	case bracketed:
+		if ip := net.ParseIP(host); ip == nil || ip.To4() != nil || strings.Contains(host, "%") {
+			return originPattern{}, errors.New("bad IPv6 address")
+		}
+		host = net.ParseIP(host).String() // as a browser writes it
+	case !validHost(host):
+		return originPattern{}, errors.New("bad host: ASCII letters, digits, - and . (an IDN as punycode), or [IPv6]")
 	}
 	return originPattern{raw: s, scheme: scheme, host: strings.ToLower(host), port: defaultPort(scheme, port)}, nil
 }
@@ -126,6 +146,12 @@ func allowedOrigin(pats []originPattern, origin string) bool {
 			return false
 		}
 		scheme, host = strings.ToLower(u.Scheme), strings.ToLower(u.Hostname())
+		if scheme == "file" || scheme == "null" {
+			return false // only "file://" and "null" exactly
+		}
+		if ip := net.ParseIP(host); ip != nil && strings.Contains(host, ":") {
+			host = ip.String()
+		}
 		port = defaultPort(scheme, u.Port())
 	}
 	for _, p := range pats {
@@ -170,13 +196,25 @@ func validScheme(s string) bool {
 	return s != ""
 }
 
-func digits(s string) bool {
+// validPort: 1 to 65535, as a browser writes it (no leading zero).
+func validPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 1 && n <= 65535 && strconv.Itoa(n) == s
+}
+
+// validHost: an ASCII host name or IPv4 address, as a browser sends it.
+func validHost(s string) bool {
+	if s == "" || len(s) > 253 || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
 	for _, c := range s {
-		if c < '0' || c > '9' {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '.':
+		default:
 			return false
 		}
 	}
-	return s != "" && len(s) <= 5
+	return true
 }
 
 // wsGate is the listener pages reach: it admits an upgrade from an
@@ -190,9 +228,9 @@ type wsGate struct {
 	log     *slog.Logger
 
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{} // the upgraded connections, closed by close
+	conns  map[*gateConn]struct{} // every connection accepted and not yet closed
 	closed bool
-	wg     sync.WaitGroup // the handlers
+	wg     sync.WaitGroup // the accept loop and the handlers
 	once   sync.Once
 }
 
@@ -200,9 +238,69 @@ type wsGate struct {
 // upgrade request.
 const wsHandshakeTimeout = 5 * time.Second
 
+// gateConn is a connection the gate accepted. It has no CloseWrite, so
+// that the proxy closes it as soon as either side ends (with one, the
+// proxy half-closes it and waits for the client to hang up: a client
+// the server cut would hold both sockets as long as it liked). A write
+// to it that the client does not take within the server's write
+// deadline fails, which ends the proxying: the server's rule that a
+// client that does not take a write for 3 s is cut holds through the
+// gate.
+type gateConn struct {
+	net.Conn
+	g    *wsGate
+	once sync.Once
+}
+
+func (c *gateConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(writeDeadline)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+// Close closes the connection and forgets it. Idempotent.
+func (c *gateConn) Close() error {
+	err := net.ErrClosed
+	c.once.Do(func() {
+		c.g.mu.Lock()
+		delete(c.g.conns, c)
+		c.g.mu.Unlock()
+		err = c.Conn.Close()
+	})
+	return err
+}
+
+// gateListener hands out gateConns, counted so that close ends them.
+type gateListener struct {
+	net.Listener
+	g *wsGate
+}
+
+func (l gateListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		gc := &gateConn{Conn: c, g: l.g}
+		l.g.mu.Lock()
+		closed := l.g.closed
+		if !closed {
+			l.g.conns[gc] = struct{}{}
+		}
+		l.g.mu.Unlock()
+		if closed {
+			c.Close()
+			continue
+		}
+		return gc, nil
+	}
+}
+
 func startWSGate(ln net.Listener, backend string, origins []originPattern, log *slog.Logger) *wsGate {
 	target := &url.URL{Scheme: "http", Host: backend}
-	g := &wsGate{ln: ln, origins: origins, log: log, conns: map[net.Conn]struct{}{}}
+	g := &wsGate{ln: ln, origins: origins, log: log, conns: map[*gateConn]struct{}{}}
 	g.url = "ws://" + ln.Addr().String()
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -221,29 +319,16 @@ func startWSGate(ln net.Listener, backend string, origins []originPattern, log *
 	g.srv = &http.Server{
 		Handler:           g,
 		ReadHeaderTimeout: wsHandshakeTimeout,
+		IdleTimeout:       wsHandshakeTimeout,
 		MaxHeaderBytes:    16 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-		ConnState: func(c net.Conn, st http.ConnState) {
-			// A hijacked connection is one the proxy carries; close must
-			// end it, which the HTTP server no longer does.
-			g.mu.Lock()
-			defer g.mu.Unlock()
-			switch st {
-			case http.StateHijacked:
-				if g.closed {
-					c.Close()
-					return
-				}
-				g.conns[c] = struct{}{}
-			case http.StateClosed:
-				delete(g.conns, c)
-			}
-		},
 	}
+	// One upgrade per connection: an answer that is not one closes it.
+	g.srv.SetKeepAlivesEnabled(false)
 	g.wg.Add(1)
 	go func() {
 		defer g.wg.Done()
-		if err := g.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := g.srv.Serve(gateListener{ln, g}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("websocket: the listener stopped", "err", err)
 		}
 	}()
@@ -251,7 +336,14 @@ func startWSGate(ln net.Listener, backend string, origins []originPattern, log *
 }
 
 func (g *wsGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		http.Error(w, "a2a-bus: the broker is shutting down", http.StatusServiceUnavailable)
+		return
+	}
 	g.wg.Add(1)
+	g.mu.Unlock()
 	defer g.wg.Done()
 	if !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		http.Error(w, "a2a-bus: this address serves NATS over WebSocket only (docs/PROTOCOL.md §2.2)", http.StatusUpgradeRequired)
@@ -268,8 +360,8 @@ func (g *wsGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("a2a-bus: origin %q is not allowed (serve --ws-origins)", origin), http.StatusForbidden)
 		return
 	}
-	// The upgraded connection lives until a side closes it; close ends
-	// it. The proxy hijacks it and copies both ways.
+	// The proxy hijacks the connection and copies both ways until either
+	// side ends (see gateConn); close ends it.
 	g.proxy.ServeHTTP(w, r)
 }
 
@@ -285,20 +377,21 @@ func headerHas(h http.Header, name, token string) bool {
 	return false
 }
 
-// close stops the listener, ends the connections it carries and waits
-// for its goroutines. Idempotent.
+// close stops the listener, ends every connection it accepted (those
+// the proxy carries too) and waits for its goroutines. Idempotent.
 func (g *wsGate) close() {
 	g.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = g.srv.Shutdown(ctx) // refuses new connections, ends idle ones
-		_ = g.srv.Close()
 		g.mu.Lock()
 		g.closed = true
+		conns := make([]*gateConn, 0, len(g.conns))
 		for c := range g.conns {
-			c.Close()
+			conns = append(conns, c)
 		}
 		g.mu.Unlock()
+		_ = g.srv.Close() // the listener, and the connections it still serves
+		for _, c := range conns {
+			c.Close()
+		}
 		g.wg.Wait()
 	})
 }

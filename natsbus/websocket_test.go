@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -58,12 +59,18 @@ func TestWebSocketOrigins(t *testing.T) {
 		{[]string{"*://*"}, "https://example.com", false}, // a scheme wildcard never means the web
 		{[]string{"*://*"}, "http://localhost:1", false},
 		{[]string{"*://*"}, "null", false},
-		{[]string{"http://*"}, "http://example.com:81", true},
+		{[]string{"app://*"}, "app://x:81", true},
 		{[]string{}, "http://localhost:1", false},
+		{def, "file://host", false},                // "file://" is that origin exactly
+		{def, "http://[0:0:0:0:0:0:0:1]:80", true}, // as a browser would not write it, but the same address
+		{[]string{"http://[::1]:8080"}, "http://[0::1]:8080", true},
+		{[]string{"http://xn--bcher-kva.example"}, "http://xn--bcher-kva.example", true},
 	} {
 		assert.Equal(t, tc.ok, natsbus.AllowedOrigin(tc.list, tc.origin), "%q with %q", tc.origin, tc.list)
 	}
-	for _, bad := range []string{"", "localhost", "http://", "http://*.example.com", "http://x/y", "http://x:port", "1http://x", "http://x:123456", "http://a:b:c"} {
+	for _, bad := range []string{"", "localhost", "http://", "http://*.example.com", "http://x/y", "http://x:port", "1http://x", "http://x:123456", "http://a:b:c",
+		"null://x", "file://x", "http://[abc]", "http://[localhost]:*", "http://[127.0.0.1]", "http://x:0", "http://x:080", "http://x:99999",
+		"http://bücher.example", "http://local host", "http://exa%41mple", "http://*", "https://*", "http://x.", "http://.x"} {
 		err := natsbus.ServerConfig{WebSocketOrigins: []string{bad}}.Validate()
 		assert.ErrorIs(t, err, natsbus.ErrBadOrigin, "%q", bad)
 	}
@@ -208,5 +215,83 @@ func TestWebSocketConnectionsEndAtClose(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the WebSocket client was not cut at close")
+	}
+}
+
+// TestTheWebSocketGateLetsGoOfWhatTheServerCut: a connection the server
+// ended (here: no CONNECT within its auth timeout) is closed at the gate
+// too, and forgotten, although its client never closes its side.
+func TestTheWebSocketGateLetsGoOfWhatTheServerCut(t *testing.T) {
+	b := wsBroker(t)
+	addr := strings.TrimPrefix(b.Server().WebSocketURL(), "ws://")
+	var conns []net.Conn
+	for range 20 {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		require.NoError(t, err)
+		conns = append(conns, c)
+		defer c.Close()
+		_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost: " + addr + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"))
+		require.NoError(t, err)
+	}
+	for _, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
+		_, err := io.Copy(io.Discard, c) // until the server's end reaches it
+		require.NoError(t, err, "the gate closed the connection")
+	}
+	require.Eventually(t, func() bool { return b.Server().WebSocketConns() == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the gate let go of every connection the server ended")
+}
+
+// stallConn is a connection whose reads block once stalled.
+type stallConn struct {
+	net.Conn
+	stall, release chan struct{}
+}
+
+func (c *stallConn) Read(p []byte) (int, error) {
+	select {
+	case <-c.stall:
+		<-c.release // a reader that stopped; the gate must give up on it
+		return 0, net.ErrClosed
+	default:
+	}
+	return c.Conn.Read(p)
+}
+
+type stallDialer struct{ conn *stallConn }
+
+func (d *stallDialer) Dial(network, addr string) (net.Conn, error) {
+	c, err := net.Dial(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	d.conn = &stallConn{Conn: c, stall: make(chan struct{}), release: make(chan struct{})}
+	return d.conn, nil
+}
+
+// TestTheWebSocketGateCutsAReaderThatStopped: a page that stops reading
+// is cut by the server after its write deadline, and by the gate too:
+// what waits for it is let go, as on TCP.
+func TestTheWebSocketGateCutsAReaderThatStopped(t *testing.T) {
+	b := wsBroker(t)
+	creds := openSession(t, b, "s1")
+	d := &stallDialer{}
+	nc, err := nats.Connect(creds.WSURL, nats.UserInfo(creds.User, creds.Password), nats.SetCustomDialer(d),
+		nats.CustomInboxPrefix(natsbus.SessionInbox("s1")), nats.NoReconnect())
+	require.NoError(t, err)
+	defer close(d.conn.release)
+	defer nc.Close()
+	_, err = nc.Subscribe(natsbus.EventsSubject("s1"), func(*nats.Msg) {})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	require.Equal(t, 1, b.Server().WebSocketConns())
+	close(d.conn.stall)
+	payload := []byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"s1","pad":"` + strings.Repeat("x", 64<<10) + `"}}`)
+	deadline := time.Now().Add(60 * time.Second)
+	for b.Server().WebSocketConns() > 0 {
+		require.True(t, time.Now().Before(deadline), "the gate still holds a reader that stopped")
+		require.NoError(t, b.Publish("s1", payload))
+		time.Sleep(time.Millisecond) // a trickle: the server cuts the reader at its write deadline, not as a slow consumer at once
 	}
 }

@@ -166,6 +166,8 @@ func TestTheWebSocketFlagsAreChecked(t *testing.T) {
 		{[]string{"--ws-listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-listen: natsbus: listen address is not loopback"},
 		{[]string{"--ws-listen", "127.0.0.1:0", "--ws-origins", "https://*.example.com", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-origins: natsbus: bad allowed origin"},
 		{[]string{"--bus=pipe", "--ws-listen", "127.0.0.1:0"}, "--ws-listen is for the NATS bus"},
+		{[]string{"--ws-origins", "app://*", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-origins: for --ws-listen"},
+		{[]string{"--ws-listen", "127.0.0.1:0", "--ws-origins", "http://*", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "every web site"},
 		{[]string{"--nats-url", "nats://127.0.0.1:1", "--ws-listen", "127.0.0.1:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "configure that server's websocket block"},
 	} {
 		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve"}, tc.args...)...)

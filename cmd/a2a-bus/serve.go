@@ -291,6 +291,9 @@ func (o *serveOptions) validate() error {
 	if o.a2aListen != "" && o.natsURL != "" {
 		return usageErrorf("--a2a-listen: the gateway needs the embedded NATS server, not --nats-url")
 	}
+	if o.wsListen == "" && (o.origins["ws-origins"] == fromFlag || o.origins["ws-origins"] == fromFile) {
+		return usageErrorf("--ws-origins: for --ws-listen")
+	}
 	if o.wsListen != "" && o.natsURL != "" {
 		return usageErrorf("--ws-listen: a listener of the embedded NATS server; with --nats-url, configure that server's websocket block")
 	}

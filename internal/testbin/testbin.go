@@ -87,3 +87,11 @@ func Cleanup() {
 	dir = ""
 	built = map[string]string{}
 }
+
+// Exit is Cleanup, then os.Exit(code): a TestMain's cleanup for
+// goleak.VerifyTestMain, whose Cleanup option replaces its own os.Exit
+// (a cleanup that does not exit would drop the leak check's failure).
+func Exit(code int) {
+	Cleanup()
+	os.Exit(code)
+}

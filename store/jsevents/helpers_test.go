@@ -21,7 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
 
 // deadline bounds every wait of these tests: generous, it only turns a

@@ -23,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { testbin.Cleanup() }))
+	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
 }
 
 // cluster is the three-node cluster a test binary's tests share, with a
