@@ -15,5 +15,14 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv("E2E_FLOOD"); spec != "" {
 		flood(spec) // a child of TestIsolation_AFloodQueuesBehindItself
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(testbin.Exit))
+	goleak.VerifyTestMain(stopBrowserAfter{m}, goleak.Cleanup(testbin.Exit))
+}
+
+// stopBrowserAfter runs the tests, then stops the Chromium the browser
+// tests share, before the leak check.
+type stopBrowserAfter struct{ m *testing.M }
+
+func (s stopBrowserAfter) Run() int {
+	defer stopBrowser()
+	return s.m.Run()
 }

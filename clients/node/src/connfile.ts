@@ -9,6 +9,8 @@ export interface ConnectionInfo {
   pid: number;
   a2aUrl?: string;
   a2aToken?: string;
+  /** The WebSocket listener for pages (serve --ws-listen), when it is on. */
+  wsUrl?: string;
 }
 
 /**

@@ -1,4 +1,5 @@
 import { UnavailableError } from "./errors.js";
+import { unref } from "./util.js";
 
 /**
  * How long a call may take in all by default (ms): its waits for a broker
@@ -21,11 +22,12 @@ export async function withDeadline<T>(ms: number, what: string, signal: AbortSig
   signal?.throwIfAborted();
   const ac = new AbortController();
   let expired: UnavailableError | undefined;
-  const timer = setTimeout(() => {
-    expired = new UnavailableError(`${what}: no answer within ${ms} ms`);
-    ac.abort(expired);
-  }, ms);
-  timer.unref();
+  const timer = unref(
+    setTimeout(() => {
+      expired = new UnavailableError(`${what}: no answer within ${ms} ms`);
+      ac.abort(expired);
+    }, ms),
+  );
   const onAbort = () => ac.abort(signal!.reason);
   signal?.addEventListener("abort", onAbort, { once: true });
   try {

@@ -1,5 +1,49 @@
 import type { ErrorData } from "./wire.gen.js";
 
+/**
+ * A signal's name, as Node reports a child's exit: NodeJS.Signals, spelled
+ * out so that these declarations need no Node types (the browser entry
+ * shares them).
+ */
+export type SignalName =
+  | "SIGABRT"
+  | "SIGALRM"
+  | "SIGBUS"
+  | "SIGCHLD"
+  | "SIGCONT"
+  | "SIGFPE"
+  | "SIGHUP"
+  | "SIGILL"
+  | "SIGINT"
+  | "SIGIO"
+  | "SIGIOT"
+  | "SIGKILL"
+  | "SIGPIPE"
+  | "SIGPOLL"
+  | "SIGPROF"
+  | "SIGPWR"
+  | "SIGQUIT"
+  | "SIGSEGV"
+  | "SIGSTKFLT"
+  | "SIGSTOP"
+  | "SIGSYS"
+  | "SIGTERM"
+  | "SIGTRAP"
+  | "SIGTSTP"
+  | "SIGTTIN"
+  | "SIGTTOU"
+  | "SIGUNUSED"
+  | "SIGURG"
+  | "SIGUSR1"
+  | "SIGUSR2"
+  | "SIGVTALRM"
+  | "SIGWINCH"
+  | "SIGXCPU"
+  | "SIGXFSZ"
+  | "SIGBREAK"
+  | "SIGLOST"
+  | "SIGINFO";
+
 /** The stable codes of docs/PROTOCOL.md §6: `error.data.code` → `error.code`. */
 export const Codes = {
   A2A_UNKNOWN_TASK: -32001,
@@ -68,9 +112,11 @@ export class ClosedError extends Error {
 }
 
 /**
- * The NATS server refused the session's subscription to its events (a
- * credential for another session, or an operator's permissions or cap on
- * an external server): asking again gets the same answer.
+ * Refused, and asking again gets the same answer: the NATS server refused
+ * the session's subscription to its events (a credential for another
+ * session, or an operator's permissions or cap on an external server);
+ * or a page's credential was asked of a broker with no WebSocket listener
+ * (Host.sessionCredentials).
  */
 export class RefusedError extends Error {
   override name = "RefusedError";
@@ -116,11 +162,11 @@ export class BrokerStartError extends Error {
   /** Its exit status, when it exited. */
   readonly exitCode?: number | null;
   /** The signal that ended it, when one did. */
-  readonly signal?: NodeJS.Signals | null;
+  readonly signal?: SignalName | null;
   /** Its last lines on stderr (at most four). */
   readonly output: string[];
 
-  constructor(message: string, o: { cause?: unknown; exitCode?: number | null; signal?: NodeJS.Signals | null; output?: string[] } = {}) {
+  constructor(message: string, o: { cause?: unknown; exitCode?: number | null; signal?: SignalName | null; output?: string[] } = {}) {
     super(message, o.cause === undefined ? undefined : { cause: o.cause });
     this.exitCode = o.exitCode;
     this.signal = o.signal;
@@ -147,7 +193,7 @@ export class BrokerRunningError extends BrokerStartError {
 
   constructor(
     message: string,
-    o: { cause?: unknown; exitCode?: number | null; signal?: NodeJS.Signals | null; output?: string[]; connectionFile?: string; pid?: number; dataDir?: boolean } = {},
+    o: { cause?: unknown; exitCode?: number | null; signal?: SignalName | null; output?: string[]; connectionFile?: string; pid?: number; dataDir?: boolean } = {},
   ) {
     super(message, o);
     this.connectionFile = o.connectionFile;

@@ -1,3 +1,5 @@
+import type { SignalName } from "./errors.js";
+
 /**
  * What a Host emits (it is an EventEmitter): `host.on("brokerExit", (ev)
  * => ...)`. Listeners are called synchronously, in the host's own
@@ -25,7 +27,7 @@ export interface BrokerExitEvent {
   /** Its exit status, when this host started it and saw it exit. */
   code?: number | null;
   /** The signal that ended it, when this host started it and saw it exit. */
-  signal?: NodeJS.Signals | null;
+  signal?: SignalName | null;
   /** What happened, in words: "the broker exited (SIGKILL)", "the connection to the broker closed", "it did not answer ...". */
   reason: string;
 }

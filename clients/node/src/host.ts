@@ -1,6 +1,6 @@
 import { EventEmitter } from "node:events";
 
-import { A2ABusError, BrokerStartError, ClosedError, Codes, ForeignBrokerError } from "./errors.js";
+import { A2ABusError, BrokerStartError, ClosedError, ForeignBrokerError, RefusedError } from "./errors.js";
 import { quiet, type Bus, type Logger } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
 import type { HostEvents, Tell } from "./host-events.js";
@@ -9,8 +9,9 @@ import { brokerBinary } from "./binary.js";
 import { NatsBus, type NatsMode } from "./nats.js";
 import { PipeBus } from "./pipe.js";
 import { Session, type Retry } from "./runtime.js";
-import { positive } from "./util.js";
+import { checkSessionId, positive } from "./util.js";
 import type { HostCallArgs, HostMethod, ResultOf } from "./methods.js";
+import type { PageCredentials } from "./browser.js";
 
 export interface HostOptions {
   /** Which bus: "nats" (the default) or "pipe". */
@@ -242,10 +243,7 @@ export class Host extends EventEmitter<HostEvents> {
    */
   async session(id: string, opts: { signal?: AbortSignal } = {}): Promise<Session> {
     if (this.closed) throw new ClosedError("the host is closed");
-    const bad = badSessionId(id);
-    if (bad !== undefined) {
-      throw new A2ABusError("host.session", { code: Codes.INVALID_PARAMS, message: `id: ${bad} (a session id is 1 to 256 bytes of UTF-8 without control characters)`, data: { code: "INVALID_PARAMS" } });
-    }
+    checkSessionId("host.session", id);
     const link = this.bus.session(id);
     let s: Session;
     try {
@@ -275,6 +273,29 @@ export class Host extends EventEmitter<HostEvents> {
     }
     this.sessions.add(s);
     return s;
+  }
+
+  /**
+   * A new credential of session id for a page to connect with over
+   * WebSocket (an Electron renderer: connectSession of
+   * `@a2a-bus/host/browser`, whose credentials callback this answers,
+   * through the app's preload bridge). It opens one with
+   * a2a.sessions.open (new on every call; the broker keeps the session to
+   * its own subjects), waiting for the broker as any call does. The broker
+   * must have its WebSocket listener on (serve's --ws-listen, in `args`
+   * for a broker this host starts); else this rejects with RefusedError.
+   * A page cannot revoke its credential: when its window goes, revoke them
+   * all with `callHost("a2a.sessions.close", { contextId: id, keepAgents })`.
+   */
+  async sessionCredentials(id: string, opts: { signal?: AbortSignal } = {}): Promise<PageCredentials> {
+    if (this.closed) throw new ClosedError("the host is closed");
+    checkSessionId("host.sessionCredentials", id);
+    if (this.bus.kind !== "nats") throw new RefusedError(`session ${id}: a page connects over WebSocket, to a broker on NATS; this host is on the ${this.bus.kind}`);
+    const creds = await this.callHost("a2a.sessions.open", { contextId: id }, opts);
+    if (!creds?.wsUrl) {
+      throw new RefusedError(`session ${id}: the broker has no WebSocket listener, so a page cannot connect: start it with --ws-listen 127.0.0.1:0 (HostOptions.args)`);
+    }
+    return { url: creds.url, user: creds.user, password: creds.password, wsUrl: creds.wsUrl };
   }
 
   /**
@@ -308,20 +329,6 @@ function natsMode(o: HostOptions): NatsMode {
       return o.broker;
   }
   throw new TypeError(`unknown broker ${JSON.stringify(o.broker)} (want start-or-join, start or join)`);
-}
-
-/** Why id is no session id (wire.ValidateID), or undefined when it is one. */
-function badSessionId(id: unknown): string | undefined {
-  if (typeof id !== "string") return `not a string (${typeof id})`;
-  if (id === "") return "required";
-  const bytes = Buffer.from(id, "utf8");
-  if (bytes.length > 256) return "longer than 256 bytes";
-  if (bytes.toString("utf8") !== id) return "not valid UTF-8"; // a lone surrogate
-  for (const ch of id) {
-    const c = ch.codePointAt(0)!;
-    if (c < 0x20 || c === 0x7f || (c >= 0x80 && c < 0xa0)) return "contains a control character";
-  }
-  return undefined;
 }
 
 /**

@@ -1,4 +1,5 @@
 export { Host, type HostOptions } from "./host.js";
+export type { PageCredentials } from "./browser.js";
 export { DEFAULT_HEALTH_TIMEOUT_MS } from "./health.js";
 export { brokerBinary } from "./binary.js";
 export { DEFAULT_CALL_TIMEOUT_MS } from "./deadline.js";

@@ -6,22 +6,18 @@ import { isAbsolute, join, resolve as resolvePath } from "node:path";
 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 
-import { A2ABusError, BrokerRunningError, BrokerStartError, ClosedError, ForeignBrokerError, RefusedError, UnavailableError, tooLarge } from "./errors.js";
+import { A2ABusError, BrokerRunningError, BrokerStartError, ClosedError, ForeignBrokerError, UnavailableError } from "./errors.js";
 import { defaultConnectionFile, readConnectionFile, type ConnectionInfo } from "./connfile.js";
-import {
-  SUBSCRIPTION_QUEUE,
-  resultOf,
-  type Bus,
-  type Logger,
-  type Notification,
-  type SessionLink,
-  type Subscription,
-} from "./bus.js";
+import type { Bus, Logger, SessionLink } from "./bus.js";
 import { tellNothing, type BrokerExitEvent, type Tell } from "./host-events.js";
 import { HEALTH_IDLE_MS, Watchdog } from "./health.js";
 import { stderrLines } from "./lines.js";
 import { startFailure, type StartExit } from "./start.js";
-import { Queue, raceAbort, sleep, subjectToken } from "./util.js";
+import { messageLimitOfPayload, NatsSessionLink, request, type SessionSource } from "./natslink.js";
+import { raceAbort, sleep } from "./util.js";
+import type { SessionCredentials } from "./wire.gen.js";
+
+export { messageLimitOfPayload };
 
 /**
  * How the host comes to its broker:
@@ -97,8 +93,6 @@ const START_TIMEOUT_MS = 30_000;
 /** How long a lost link waits for the exit of the sidecar it was on, for the brokerExit event. */
 const EXIT_WAIT_MS = 2000;
 
-const enc = new TextEncoder();
-
 /**
  * The NATS bus: the host credential (NATS token auth) on one connection,
  * and a connection per session with that session's own credential
@@ -125,7 +119,7 @@ export class NatsBus implements Bus {
   private exits = new WeakMap<ChildProcess, Promise<Exit>>();
   private relaunching = false; // a restart of the sidecar is due
   private path?: string;
-  private sessions = new Set<NatsSession>();
+  private sessions = new Set<NatsSessionLink>();
   private backoff = 50;
   private supervisor?: Promise<void>;
   private readonly stopping = new AbortController(); // aborted by close
@@ -135,10 +129,12 @@ export class NatsBus implements Bus {
   private file?: string; // the connection file given to a sidecar: --connection-file
   private tempDir?: string; // the private folder of a memory host's connection file, removed on close
   private starting = new Set<() => void>(); // aborts the launches under way
+  private readonly source: SessionSource; // where the sessions' links get their connections
 
   constructor(private readonly o: NatsOptions) {
     this.linkUp = new Promise((r) => (this.setLink = r));
     this.tell = o.tell ?? tellNothing;
+    this.source = this.sessionSource();
   }
 
   async start(): Promise<void> {
@@ -486,30 +482,15 @@ export class NatsBus implements Bus {
     }
   }
 
-  /** One request on a connection, its answer decoded. */
-  async request(nc: NatsConnection, subject: string, method: string, params: object, signal?: AbortSignal): Promise<any> {
-    const body = enc.encode(JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }));
-    const dog = this.link?.dog;
-    // A call that stalls past the health deadline has the broker checked.
-    const unwatch = dog?.watch();
-    let msg;
-    try {
-      msg = await raceAbort(nc.request(subject, body, { timeout: this.o.callTimeoutMs }), signal);
-      dog?.heard();
-    } catch (err) {
-      if (signal?.aborted && err === signal.reason) throw err;
-      if (this.closed) throw new ClosedError("the host is closed");
-      if (/max_payload/i.test(String((err as Error)?.message))) {
-        // Over the server's payload limit, and so over the broker's
-        // message limit, which is what the caller can act on: it never
-        // left; it never will.
-        throw tooLarge(method, body.length, this.messageLimit(nc));
-      }
-      throw new UnavailableError(`${method}: ${(err as Error).message}`, { cause: err });
-    } finally {
-      unwatch?.();
-    }
-    return resultOf(method, msg.json());
+  /** One request on a connection, its answer decoded; the current link's health check watches it. */
+  request(nc: NatsConnection, subject: string, method: string, params: object, signal?: AbortSignal): Promise<any> {
+    return request(nc, subject, method, params, {
+      timeoutMs: this.o.callTimeoutMs,
+      signal,
+      watch: this.link?.dog,
+      closed: () => (this.closed ? new ClosedError("the host is closed") : undefined),
+      messageLimit: (nc) => this.messageLimit(nc),
+    });
   }
 
   async callHost(method: string, params: object, signal?: AbortSignal): Promise<any> {
@@ -518,24 +499,47 @@ export class NatsBus implements Bus {
   }
 
   session(id: string): SessionLink {
-    const s = new NatsSession(this, id);
+    const s = new NatsSessionLink(id, this.source);
     this.sessions.add(s);
     return s;
   }
 
-  /** @internal */
-  forget(s: NatsSession): void {
-    this.sessions.delete(s);
+  /**
+   * Where the sessions' links get their connections: each opens its
+   * session's credential (a2a.sessions.open) on the current link, and
+   * connects with it to the url it names; a connection of an older link
+   * is stale.
+   */
+  private sessionSource(): SessionSource {
+    return {
+      timeoutMs: this.o.callTimeoutMs,
+      gen: () => (usable(this.link) ? this.link.gen : 0),
+      ready: async (signal) => {
+        const link = await this.current(signal);
+        return { gen: link.gen, open: (s) => this.openSession(link, s.id, s.inboxPrefix) };
+      },
+      closed: () => (this.closed ? new ClosedError("the host is closed") : undefined),
+      messageLimit: (nc) => this.messageLimit(nc),
+      watch: () => this.link?.dog,
+      revoke: async (id) => {
+        await this.callHost("a2a.sessions.close", { contextId: id, keepAgents: true }, AbortSignal.timeout(this.o.callTimeoutMs));
+      },
+      forget: (s) => this.sessions.delete(s),
+    };
   }
 
-  /** @internal the current link's generation; 0 while down. */
-  linkGen(): number {
-    return usable(this.link) ? this.link.gen : 0;
-  }
-
-  /** @internal */
-  get timeoutMs(): number {
-    return this.o.callTimeoutMs;
+  /** A connection with a new credential of session id, over TCP to the url the broker names. */
+  private async openSession(link: Link, id: string, inboxPrefix: string): Promise<NatsConnection> {
+    const creds: SessionCredentials = await this.request(link.nc, "a2a.host.rpc", "a2a.sessions.open", { contextId: id });
+    return connect({
+      servers: creds.url,
+      user: creds.user,
+      pass: creds.password,
+      inboxPrefix,
+      reconnect: false,
+      name: `a2a-bus-node-session`,
+      timeout: DIAL_TIMEOUT_MS,
+    });
   }
 
   /** The connection file's content of the broker now joined. */
@@ -594,169 +598,6 @@ export class NatsBus implements Bus {
     }
     if (this.tempDir) await rm(this.tempDir, { recursive: true, force: true }).catch(() => {});
   }
-}
-
-/** A session's connection with its own credential. */
-class NatsSession implements SessionLink {
-  private conn?: { gen: number; nc: NatsConnection };
-  private opening?: Promise<NatsConnection>;
-  private closed = false;
-  private readonly token: string;
-  private subs = new Set<Subscription>();
-
-  constructor(
-    private readonly bus: NatsBus,
-    readonly id: string,
-  ) {
-    this.token = subjectToken(id);
-  }
-
-  /**
-   * The session's connection, opened (again) when there is none for the
-   * current link: callTimeoutMs at most, trying again with backoff while
-   * it cannot be made (the link went meanwhile, the server refused it).
-   */
-  private async nc(signal?: AbortSignal): Promise<NatsConnection> {
-    const c = this.conn;
-    if (c && !this.closed && c.gen === this.bus.linkGen() && !c.nc.isClosed()) return c.nc;
-    const deadline = Date.now() + this.bus.timeoutMs;
-    let wait = 50;
-    for (;;) {
-      if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
-      const link = await this.bus.current(signal);
-      const c = this.conn;
-      if (c && c.gen === link.gen && !c.nc.isClosed()) return c.nc;
-      this.opening ??= this.open(link).finally(() => (this.opening = undefined));
-      try {
-        return await raceAbort(this.opening, signal);
-      } catch (err) {
-        if (err instanceof A2ABusError || (signal?.aborted && err === signal.reason)) throw err;
-        if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
-        if (Date.now() + wait > deadline) {
-          throw new UnavailableError(`session ${this.id}: no connection within ${this.bus.timeoutMs} ms: ${(err as Error).message}`, { cause: err });
-        }
-        await sleep(wait, signal);
-        wait = Math.min(wait * 2, 1000);
-      }
-    }
-  }
-
-  private async open(link: { gen: number; nc: NatsConnection }): Promise<NatsConnection> {
-    const creds = await this.bus.request(link.nc, "a2a.host.rpc", "a2a.sessions.open", { contextId: this.id });
-    const nc = await connect({
-      servers: creds.url,
-      user: creds.user,
-      pass: creds.password,
-      inboxPrefix: `_INBOX.${this.token}`,
-      reconnect: false,
-      name: `a2a-bus-node-session`,
-      timeout: DIAL_TIMEOUT_MS,
-    });
-    if (this.closed) {
-      await nc.close();
-      throw new ClosedError(`session ${this.id} is closed`);
-    }
-    const old = this.conn;
-    this.conn = { gen: link.gen, nc };
-    if (old && !old.nc.isClosed()) void old.nc.close();
-    return nc;
-  }
-
-  async call(method: string, params: object, signal?: AbortSignal): Promise<any> {
-    const nc = await this.nc(signal);
-    try {
-      return await this.bus.request(nc, `a2a.rpc.${this.token}`, method, params, signal);
-    } catch (err) {
-      if (this.closed && err instanceof UnavailableError) throw new ClosedError(`session ${this.id} is closed`);
-      throw err;
-    }
-  }
-
-  async subscribe(signal?: AbortSignal): Promise<Subscription> {
-    const nc = await this.nc(signal);
-    const sub = nc.subscribe(`a2a.session.${this.token}.events`);
-    const q = new Queue<Notification>(SUBSCRIPTION_QUEUE);
-    void (async () => {
-      try {
-        for await (const m of sub) {
-          let n: unknown;
-          try {
-            n = m.json();
-          } catch {
-            continue; // not JSON: nothing a session can use
-          }
-          if (n && typeof n === "object" && !Array.isArray(n)) q.put(n as Notification);
-        }
-      } catch {
-        // The subscription failed; it ends below.
-      } finally {
-        q.end();
-      }
-    })();
-    // The server answers a subscription it refuses before the PONG of the
-    // next PING, and nats.js closes it then: refused is an error here,
-    // not a subscription that never brings anything.
-    try {
-      await nc.flush();
-    } catch {
-      // The connection went: the queue ends, and the feed subscribes again.
-    }
-    if (sub.isClosed() && !nc.isClosed()) {
-      q.end();
-      throw new RefusedError(`the server refused session ${this.id}'s subscription to its events`);
-    }
-    const handle: Subscription = {
-      queue: q,
-      close: () => {
-        this.subs.delete(handle);
-        sub.unsubscribe();
-        q.end();
-      },
-    };
-    this.subs.add(handle);
-    return handle;
-  }
-
-  /** @internal Closes the session's connection of link generation gen (its broker is taken for gone): it opens again on the next link. */
-  drop(gen: number): void {
-    const c = this.conn;
-    if (!c || c.gen !== gen) return;
-    this.conn = undefined;
-    void c.nc.close().catch(() => {});
-  }
-
-  async close(revoke = false): Promise<void> {
-    if (this.closed) return;
-    if (revoke) {
-      // The broker revokes the credential and closes its connections.
-      try {
-        await this.bus.callHost("a2a.sessions.close", { contextId: this.id, keepAgents: true }, AbortSignal.timeout(this.bus.timeoutMs));
-      } catch {
-        // A broker that is gone has forgotten the credential anyway.
-      }
-    }
-    this.closed = true;
-    for (const s of this.subs) s.close();
-    this.subs.clear();
-    const c = this.conn;
-    this.conn = undefined;
-    if (c && !c.nc.isClosed()) await c.nc.close().catch(() => {});
-    this.bus.forget(this);
-  }
-}
-
-const MiB = 1 << 20;
-
-/**
- * The message limit M of a broker whose payload limit is p: p is 8 × M
- * within 8 and 64 MiB (docs/PROTOCOL.md §11), so M is p / 8 between
- * them; at 8 MiB it is at most 1 MiB (the default, said: a smaller one
- * is not seen), at 64 MiB at most 16 MiB (the largest).
- */
-export function messageLimitOfPayload(p: number): number {
-  if (p <= 8 * MiB) return MiB;
-  if (p >= 64 * MiB) return 16 * MiB;
-  return Math.floor(p / 8);
 }
 
 /** A link that calls may use: up, and not being dropped. */

@@ -1,12 +1,10 @@
-import { randomUUID } from "node:crypto";
-
 import { ClosedError, RefusedError, SettledError, UnavailableError, isCode } from "./errors.js";
 import type { Logger, SessionLink } from "./bus.js";
 import { DEFAULT_CALL_TIMEOUT_MS, withDeadline } from "./deadline.js";
 import { tellNothing, type Tell } from "./host-events.js";
 import { DEFAULT_CHECK_MS, Feed, type Gap } from "./feed.js";
 import { EventStream, type DelegateEvent } from "./events.js";
-import { Mutex, positive, sleep } from "./util.js";
+import { Mutex, positive, sleep, uuid, type Timer } from "./util.js";
 import type {
   AgentCard,
   Artifact,
@@ -260,7 +258,7 @@ export class Session {
    */
   async spawn(card: CardInput, opts: SpawnOptions = {}): Promise<Delegate> {
     if (this.closed) throw new ClosedError(`session ${this.id} is closed`);
-    const d = Delegate.create(this, opts.instanceId ?? randomUUID(), card);
+    const d = Delegate.create(this, opts.instanceId ?? uuid(), card);
     // Registering again under the same instance id replaces the
     // registration: safe to retry when its answer is lost.
     await this.bounded("a2a.agents.register", opts.signal, (signal) =>
@@ -616,7 +614,7 @@ export class Delegate {
   /** Moves a task assigned to the delegate to a new state, with an optional message and artifacts. */
   update(taskId: string, state: UpdateState, opts: UpdateOptions = {}): Promise<Task> {
     const msg = opts.message ? keyed(opts.message) : undefined;
-    const messageId = msg?.messageId ?? randomUUID();
+    const messageId = msg?.messageId ?? uuid();
     return this.change(
       "a2a.tasks.update",
       (token) => ({ token, taskId, state, messageId, ...(msg ? { message: msg } : {}), ...(opts.artifacts ? { artifacts: opts.artifacts } : {}) }),
@@ -626,7 +624,7 @@ export class Delegate {
 
   /** Cancels a task the delegate requested. */
   cancel(taskId: string, opts: CallOptions = {}): Promise<Task> {
-    const messageId = randomUUID();
+    const messageId = uuid();
     return this.change("a2a.tasks.cancel", (token) => ({ token, taskId, messageId }), opts.signal);
   }
 
@@ -817,7 +815,7 @@ export class Delegate {
   /** Waits for a wake-up (an event, the end), ms at most, or the signal. */
   private pause(ms: number | undefined, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
+      let timer: Timer | undefined;
       const done = () => {
         if (timer) clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
@@ -844,6 +842,6 @@ export class Delegate {
 function keyed(m: MessageInput): Message {
   if (!m || !Array.isArray(m.parts)) throw new TypeError("a message needs parts");
   const fresh = !m.messageId || m.from !== undefined;
-  return { ...m, messageId: fresh ? randomUUID() : m.messageId! } as Message;
+  return { ...m, messageId: fresh ? uuid() : m.messageId! } as Message;
 }
 

@@ -1,4 +1,4 @@
-import { ClosedError } from "./errors.js";
+import { A2ABusError, ClosedError, Codes } from "./errors.js";
 
 /** What Queue.get returns when its wait timed out. */
 export const TIMEOUT: unique symbol = Symbol("timeout");
@@ -65,7 +65,7 @@ export class Queue<T> {
     if (this.ended) return Promise.resolve(END);
     signal?.throwIfAborted();
     return new Promise((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
+      let timer: Timer | undefined;
       const done: Waiter<T> = (v) => {
         if (timer) clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
@@ -163,7 +163,42 @@ export function closedReason(what: string): ClosedError {
  */
 export function subjectToken(id: string): string {
   if (/^[A-Za-z0-9_-]{1,128}$/.test(id)) return id;
-  return "~" + Buffer.from(id, "utf8").toString("base64url");
+  return "~" + base64url(new TextEncoder().encode(id));
+}
+
+/** The unpadded base64url of bytes. */
+export function base64url(bytes: Uint8Array): string {
+  let bin = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(bin).replace(/=+$/, "").replace(/\+/g, "-").replace(/\//g, "_");
+}
+
+/** What setTimeout returns, in Node (an object) and in a browser (a number). */
+export type Timer = ReturnType<typeof setTimeout>;
+
+/**
+ * The timer, which no longer keeps a Node process alive (unref); in a
+ * browser, where timers have no unref, as it is.
+ */
+export function unref<T extends Timer>(t: T): T {
+  (t as { unref?: () => void }).unref?.();
+  return t;
+}
+
+/**
+ * A random (version 4) UUID: crypto.randomUUID where it is (Node, and a
+ * page in a secure context: https, file, localhost, an Electron app's
+ * privileged scheme), else one made the same way from getRandomValues,
+ * which every page has.
+ */
+export function uuid(): string {
+  const c = globalThis.crypto;
+  if (typeof c.randomUUID === "function") return c.randomUUID();
+  const b = c.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
 }
 
 /** p, or the signal's reason when it aborts first. */
@@ -189,4 +224,26 @@ export function raceAbort<T>(p: Promise<T>, signal?: AbortSignal): Promise<T> {
 /** v when it is a positive finite number, else the default. */
 export function positive(v: number | undefined, def: number): number {
   return typeof v === "number" && v > 0 && Number.isFinite(v) ? v : def;
+}
+
+/** Why id is no session id (wire.ValidateID), or undefined when it is one. */
+export function badSessionId(id: unknown): string | undefined {
+  if (typeof id !== "string") return `not a string (${typeof id})`;
+  if (id === "") return "required";
+  const bytes = new TextEncoder().encode(id); // a lone surrogate becomes U+FFFD
+  if (bytes.length > 256) return "longer than 256 bytes";
+  if (new TextDecoder().decode(bytes) !== id) return "not valid UTF-8"; // a lone surrogate
+  for (const ch of id) {
+    const c = ch.codePointAt(0)!;
+    if (c < 0x20 || c === 0x7f || (c >= 0x80 && c < 0xa0)) return "contains a control character";
+  }
+  return undefined;
+}
+
+/** Throws the broker's INVALID_PARAMS, as `what`'s, when id is no session id. */
+export function checkSessionId(what: string, id: unknown): asserts id is string {
+  const bad = badSessionId(id);
+  if (bad !== undefined) {
+    throw new A2ABusError(what, { code: Codes.INVALID_PARAMS, message: `id: ${bad} (a session id is 1 to 256 bytes of UTF-8 without control characters)`, data: { code: "INVALID_PARAMS" } });
+  }
 }

@@ -129,7 +129,7 @@ test("TestAClosedSessionIsForgottenByItsHost [pipe]", async (t) => {
   assert.equal(host.sessions.size, 0, "closed sessions are not held by the host");
 });
 
-// NatsSession.nc: when the host link is up but the session's
+// NatsSessionLink.nc: when the host link is up but the session's
 // own connection cannot be made (here: the server's cap of 16 connections
 // per session; also a connect refused for any other lasting reason), the
 // loop `catch { await sleep(50) }` retries for ever, asking
@@ -155,7 +155,7 @@ test("TestASessionConnectionThatIsRefusedFailsTheCall [nats]", async (t) => {
   assert.match(outcome, /opened|failed/, `Host.session settles (${outcome}; ${opens} credentials asked for meanwhile)`);
 });
 
-// NatsSession.subscribe queues m.json() as it is; Feed.take
+// NatsSessionLink.subscribe queues m.json() as it is; Feed.take
 // reads `n.params` of it, so a notification whose body is JSON `null`
 // throws a TypeError out of Feed.next, and the pump fails every delegate
 // of the session for good. The Go feed skips an undecodable notification

@@ -17,6 +17,7 @@ for (const bus of BUSES) {
       ["", /^host\.session: id: required/],
       ["x".repeat(257), /^host\.session: id: longer than 256 bytes/],
       ["a\nb", /^host\.session: id: contains a control character/],
+      ["a\ud800b", /^host\.session: id: not valid UTF-8/],
     ]) {
       const err = await host.session(id).then(
         () => undefined,

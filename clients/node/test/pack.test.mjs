@@ -47,7 +47,7 @@ test("TestThePackedPackagesRunTheQuickstartInANewFolder", { timeout: 600_000 }, 
   // Each tarball holds what it needs and nothing else: no tests, no sources.
   const top = [...main.files.keys()].filter((f) => !f.startsWith("dist/")).sort();
   assert.deepEqual(top, ["LICENSE", "README.md", "package.json"]);
-  for (const f of ["dist/index.js", "dist/index.d.ts", "dist/cjs/index.js", "dist/cjs/index.d.ts", "dist/cjs/package.json", "dist/self.cjs"]) {
+  for (const f of ["dist/index.js", "dist/index.d.ts", "dist/cjs/index.js", "dist/cjs/index.d.ts", "dist/cjs/package.json", "dist/self.cjs", "dist/browser.js", "dist/browser.d.ts", "dist/browser/a2a-bus.js"]) {
     assert.ok(main.files.has(f), `${f} is not in the package`);
   }
   assert.deepEqual([...broker.files.keys()].sort(), ["LICENSE", "README.md", `bin/${exe}`, "package.json"]);

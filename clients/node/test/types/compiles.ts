@@ -7,6 +7,7 @@ import {
   type DelegateEvent,
   type Delegate,
   type Message,
+  type PageCredentials,
   type Part,
   type SessionCredentials,
   type Task,
@@ -39,8 +40,11 @@ async function main(): Promise<void> {
   const info: AdminInfo = await host.callHost("a2a.admin.info");
   const page = await host.callHost("a2a.admin.sessions", { pageSize: 10 }, { signal: AbortSignal.timeout(1000) });
   const creds: SessionCredentials = await host.callHost("a2a.sessions.open", { contextId: "chat-1" });
+  const forPage: PageCredentials = await host.sessionCredentials("chat-1", { signal: AbortSignal.timeout(1000) });
+  const wsUrl: string = forPage.wsUrl; // always there: a broker without a listener is refused
+  const listener: string | undefined = creds.wsUrl; // there when the broker has one
   const closed: string[] = (await host.callHost("a2a.sessions.close", { contextId: "chat-1", keepAgents: true })).deregistered;
-  console.log(info.epoch, page.sessions.length, creds.url, closed);
+  console.log(info.epoch, page.sessions.length, creds.url, closed, wsUrl, listener);
 
   const chat = await host.session("chat-1");
   const d: Delegate = await chat.spawn({ name: "worker", metadata: { role: "test" } });
