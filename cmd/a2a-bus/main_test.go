@@ -60,6 +60,9 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{"unknown bus", []string{"--bus=carrier-pigeon"}, `--bus: "carrier-pigeon"`},
 		{"zero cap", []string{"--max-tasks-per-context=0"}, "--max-tasks-per-context"},
 		{"NATS flag on the pipe", []string{"--bus=pipe", "--listen=127.0.0.1:0"}, "--listen is for the NATS bus"},
+		{"live view on the pipe", []string{"--bus=pipe", "--ui"}, "--ui is for the NATS bus"},
+		{"live view off loopback", []string{"--ui", "--ui-listen=0.0.0.0:0"}, `--ui-listen: natsbus: listen address is not loopback (allow it explicitly): "0.0.0.0:0"`},
+		{"live view address without the view", []string{"--ui-listen=127.0.0.1:8080"}, "--ui-listen: needs --ui"},
 		{"bad level", []string{"--bus=pipe", "--log-level=loud"}, "--log-level"},
 		{"config: unknown key", []string{"--config", writeConfig(t, `{"bus":"pipe","max-taks-per-context":3}`)}, `unknown key "max-taks-per-context"`},
 		{"config: bad value", []string{"--config", writeConfig(t, `{"max-tasks-per-context":"many"}`)}, `key "max-tasks-per-context": bad value "many"`},
@@ -105,6 +108,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"version"}, exitOK},
 		{[]string{"help", "status"}, exitOK},
 		{[]string{"serve", "--listen", "10.0.0.1:4222", "--print-config"}, exitUsage},
+		{[]string{"serve", "--ui", "--ui-listen", "0.0.0.0:0", "--allow-remote", "--print-config"}, exitOK},
+		{[]string{"serve", "--ui", "--allow-remote", "--nats-url", "nats://127.0.0.1:4222", "--print-config"}, exitOK},
 		{[]string{"serve", "--log-level", "loud", "--print-config"}, exitUsage},
 		{[]string{"serve", "--config", writeConfig(t, `{"print-config": true}`)}, exitUsage},
 	}

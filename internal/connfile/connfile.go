@@ -29,6 +29,10 @@ type Info struct {
 	// (serve --a2a-listen); absent when it is off.
 	A2AURL   string `json:"a2aUrl,omitempty"`
 	A2AToken string `json:"a2aToken,omitempty"`
+	// UIURL and UIToken are the live view's address and bearer token
+	// (serve --ui); absent when it is off.
+	UIURL   string `json:"uiUrl,omitempty"`
+	UIToken string `json:"uiToken,omitempty"`
 	// Broker is, in a cluster (serve --state=jetstream), the broker's
 	// name, which its host's clients name in every request
 	// (natsbus.ClientConfig.Broker).
