@@ -298,10 +298,16 @@ func TestSnapshotShowsSessionsAgentsAndWhoWaitsOnWhom(t *testing.T) {
 	assert.Equal(t, wire.StateSubmitted, open.State)
 	assert.Equal(t, [4]string{"planner", "chat-1", "coder", "chat-2"}, [4]string{open.RequesterName, open.ContextID, open.AgentName, open.AgentContextID})
 
+	// A snapshot serves the pages that ask for a while, but not past a
+	// change the view took: a page that asks on its hint sees it.
+	liveview.SetSnapshotFresh(e.view, time.Hour)
+	page := e.follow()
+	require.Equal(t, "reset", page.next().Type)
+	require.Len(t, e.snapshot().OpenTasks, 1)
 	_, err = coder.Update(ctxT(t), task.ID, wire.StateCompleted, nil)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(e.snapshot().OpenTasks) == 0 }, wait, 50*time.Millisecond,
-		"a completed task leaves the open tasks (a snapshot is read again past a quarter second)")
+	assert.Equal(t, wire.StateCompleted, page.entry().State)
+	assert.Empty(t, e.snapshot().OpenTasks, "a completed task leaves the open tasks")
 }
 
 func TestTheTimelineHasEachMoveOnce(t *testing.T) {
@@ -539,4 +545,13 @@ func TestTheViewSubscribesOnlyWhileFollowed(t *testing.T) {
 	page.res.Body.Close()
 	require.Eventually(t, func() bool { return subscribers() == alone }, wait, 50*time.Millisecond,
 		"and not once none does: it would keep every session's notifications from being dropped as idle")
+
+	// What it did not take meanwhile is a gap in the timeline.
+	again := e.follow().next()
+	require.Equal(t, "reset", again.Type)
+	require.Len(t, again.Entries, 1)
+	gap := again.Entries[0]
+	assert.Equal(t, "gap", gap.Kind)
+	require.NotNil(t, gap.Since)
+	assert.False(t, gap.At.Before(gap.Since.Time))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/wire"
@@ -45,12 +46,18 @@ const snapshotFresh = 250 * time.Millisecond
 
 // snapshots reads one snapshot at a time and keeps the last.
 type snapshots struct {
-	turn chan struct{} // holds a token while a reader reads
-	body []byte
-	at   time.Time
+	turn  chan struct{} // holds a token while a reader reads
+	fresh time.Duration // snapshotFresh, but in tests
+	body  []byte
+	at    time.Time
+	// changes counts the notifications the view took; a snapshot read
+	// before the last one is not served again (a page that asks on a
+	// "changed" hint gets what changed).
+	changes   atomic.Uint64
+	atChanges uint64
 }
 
-func newSnapshots() snapshots { return snapshots{turn: make(chan struct{}, 1)} }
+func newSnapshots() *snapshots { return &snapshots{turn: make(chan struct{}, 1), fresh: snapshotFresh} }
 
 // snapshot returns the snapshot as JSON: the last one, if it is fresh,
 // else a new one.
@@ -63,7 +70,8 @@ func (v *View) snapshot(ctx context.Context) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	defer func() { <-v.snap.turn }()
-	if v.snap.body != nil && time.Since(v.snap.at) < snapshotFresh {
+	changes := v.snap.changes.Load()
+	if v.snap.body != nil && time.Since(v.snap.at) < v.snap.fresh && v.snap.atChanges == changes {
 		return v.snap.body, nil
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -78,7 +86,7 @@ func (v *View) snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	v.snap.body, v.snap.at = body, time.Now()
+	v.snap.body, v.snap.at, v.snap.atChanges = body, time.Now(), changes
 	return body, nil
 }
 

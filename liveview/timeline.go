@@ -12,7 +12,7 @@ import (
 
 // Entry is one line of the timeline: a change of a task (kind created,
 // message or status) or a push, as the notification that told of it
-// said.
+// said; or a gap, while no page followed the view and it took nothing.
 //
 // A change is told to the task's member that did not make it (PROTOCOL.md
 // §5); should it reach the view more than once (told to more than one
@@ -25,7 +25,7 @@ type Entry struct {
 	N uint64 `json:"n"`
 	// At is the task's updatedAt; for a push, when the view took it.
 	At wire.Time `json:"at"`
-	// Kind is created, message, status or push.
+	// Kind is created, message, status, push or gap.
 	Kind   string     `json:"kind"`
 	TaskID string     `json:"taskId,omitempty"`
 	State  wire.State `json:"state,omitempty"`
@@ -39,6 +39,10 @@ type Entry struct {
 	Assignee  *Member `json:"assignee,omitempty"`
 	// Text is the message's text, cut at MaxText characters.
 	Text string `json:"text,omitempty"`
+	// Since is, for a gap, when the view stopped taking notifications
+	// (it takes them while a page follows it); At is when it started
+	// again. What happened in between is not in the timeline.
+	Since *wire.Time `json:"since,omitempty"`
 
 	key string // tells the change (or push) apart
 }
@@ -164,6 +168,16 @@ func (t *timeline) add(e *Entry) (line []byte, fresh bool) {
 		t.entries = t.entries[1:]
 	}
 	return jsonLine(entryLine{Type: "entry", Entry: e}), true
+}
+
+// addGap notes that the view took nothing from since to now.
+func (t *timeline) addGap(since time.Time) {
+	s := wire.NewTime(since)
+	t.n++
+	t.entries = append(t.entries, &Entry{N: t.n, At: wire.NewTime(time.Now()), Kind: "gap", Since: &s})
+	if len(t.entries) > t.max {
+		t.entries = t.entries[1:]
+	}
 }
 
 // resetLine is the line that starts a stream: the timeline, newest first.

@@ -115,6 +115,9 @@ type View struct {
 	// stop ends the goroutine that reads it. Both nil while no one does.
 	sub  *nats.Subscription
 	stop chan struct{}
+	// unwatched is when the last subscription ended (zero before the
+	// first): the next one notes the gap in the timeline.
+	unwatched time.Time
 	// readers are the goroutines that read sub, one at a time (a new
 	// one may start while the last one ends).
 	readers sync.WaitGroup
@@ -123,7 +126,7 @@ type View struct {
 	watched     chan struct{}
 	watchedOnce sync.Once
 
-	snap snapshots
+	snap *snapshots
 }
 
 // New returns the view of the broker that c, a host credential's client,
@@ -234,6 +237,9 @@ func (v *View) subscribeLocked() error {
 	}
 	stop := make(chan struct{})
 	v.sub, v.stop = sub, stop
+	if !v.unwatched.IsZero() {
+		v.tl.addGap(v.unwatched)
+	}
 	v.readers.Add(1)
 	go v.read(msgs, stop)
 	return nil
@@ -247,7 +253,7 @@ func (v *View) unsubscribeLocked() {
 	}
 	v.sub.Unsubscribe()
 	close(v.stop)
-	v.sub, v.stop = nil, nil
+	v.sub, v.stop, v.unwatched = nil, nil, time.Now()
 }
 
 // read takes the notifications until stop.
@@ -276,6 +282,7 @@ func (v *View) ingest(raw []byte) {
 	if !fresh {
 		return
 	}
+	v.snap.changes.Add(1)
 	for vw := range v.viewers {
 		select {
 		case vw.lines <- line:

@@ -8,6 +8,7 @@
   const REFRESH_MS = 4000; // the snapshot is read again this often anyway
   const HINT_MS = 300; // hints closer together than this make one read
   const SILENCE_MS = 40000; // a stream that says nothing this long is dead (pings come every 15 s)
+  const OPEN_STATES = new Set(['submitted', 'working', 'input-required']);
 
   const $ = (id) => document.getElementById(id);
   const latest = new Map(); // taskId -> {state, at}: the latest state known
@@ -178,6 +179,18 @@
     }
     if (!s.openTasks.length) rows.append(el('tr', null, el('td', { colspan: '6', class: 'dim' }, 'No open task.')));
     for (const id of changed) restamp(id);
+
+    // A task last seen open that the broker no longer lists as open
+    // ended out of sight (while no page followed the view): its rows
+    // keep the latest state known, marked so.
+    const open = new Set(s.openTasks.map((t) => t.id));
+    const at = Date.parse(s.at) || 0;
+    for (const row of document.querySelectorAll('#timeline [data-task-id]')) {
+      const k = latest.get(row.dataset.taskId);
+      const unseen = k && !open.has(row.dataset.taskId) && OPEN_STATES.has(k.state) && k.at < at;
+      row.classList.toggle('unseen-end', Boolean(unseen));
+      if (unseen) row.title = 'ended while no page followed the view: its last state is not known';
+    }
   }
 
   let reading = false, again = false, hintTimer = null;
@@ -207,6 +220,11 @@
   // The timeline.
 
   function entryRow(e) {
+    if (e.kind === 'gap') {
+      return el('li', { 'data-kind': 'gap' }, el('time', { datetime: e.at }, fmtTime(e.at)),
+        el('span', { class: 'dim' }, 'no page followed the view from ' + fmtTime(e.since) +
+          ': what happened until ' + fmtTime(e.at) + ' is not shown'));
+    }
     const attrs = { 'data-kind': e.kind };
     if (e.taskId) {
       attrs['data-task-id'] = e.taskId;
