@@ -105,6 +105,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"status", "--connection-file", noBroker}, exitFailure},
 		{[]string{"watch", "--connection-file", noBroker}, exitFailure},
 		{[]string{"version", "extra"}, exitUsage},
+		{[]string{"demo", "--ui", "--bus", "pipe"}, exitUsage},
+		{[]string{"demo", "--ui", "--hold"}, exitUsage},
 		{[]string{"version"}, exitOK},
 		{[]string{"help", "status"}, exitOK},
 		{[]string{"serve", "--listen", "10.0.0.1:4222", "--print-config"}, exitUsage},
