@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/a2a-bus/a2a-bus/internal/connfile"
 	"github.com/a2a-bus/a2a-bus/liveview"
+	"github.com/a2a-bus/a2a-bus/natsbus"
 )
 
 // lockedBuffer is a buffer written and read from several goroutines.
@@ -112,4 +115,38 @@ func TestDemoUI(t *testing.T) {
 	}
 	<-drained
 	assert.Contains(t, rest.String(), "delegates settled")
+}
+
+// TestServeUIOnAnotherNATSServer: with --nats-url the live view dials
+// the server as the broker does, and reads the broker through it.
+func TestServeUIOnAnotherNATSServer(t *testing.T) {
+	other, err := natsbus.New(natsbus.Config{}) // a NATS server, and no broker on it
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() }) // after serve's end
+	url := strings.Replace(other.URL(), "nats://", "nats://"+other.Server().Token()+"@", 1)
+	path := filepath.Join(t.TempDir(), "c.json")
+	stderr := serveInProcess(t, "--nats-url", url, "--ui", "--connection-file", path, "--data-dir=")
+	for {
+		line, err := stderr.ReadString('\n')
+		require.NoError(t, err)
+		if strings.Contains(line, "live view") {
+			break
+		}
+	}
+	// (serveInProcess reads the rest at the end; serve logs nothing more
+	// meanwhile.)
+	info, err := connfile.Read(path)
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodGet, info.UIURL+"api/snapshot", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+info.UIToken)
+	hc := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	res, err := hc.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	var snap liveview.Snapshot
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&snap))
+	assert.Equal(t, "nats", snap.Info.Bus)
+	assert.NotEmpty(t, snap.Info.Epoch)
 }
