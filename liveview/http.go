@@ -130,6 +130,10 @@ func (v *View) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 // ping lines, until the page goes, the view closes, or the page falls
 // behind (cut: it reconnects and starts again from a reset).
 func (v *View) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Type", "application/x-ndjson; charset=utf-8")
+		return // no stream, no viewer
+	}
 	rc := http.NewResponseController(w)
 	// A cut makes a write under way fail at once. It comes from the view
 	// while this handler runs: the viewer leaves before it returns.

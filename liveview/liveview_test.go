@@ -247,6 +247,15 @@ func TestThePageNeedsNoTokenTheDataDoes(t *testing.T) {
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	res, _ = e.get("/api/snapshot", "", "Authorization", "bearer "+token)
 	assert.Equal(t, http.StatusOK, res.StatusCode, "the scheme in any case")
+
+	head, err := http.NewRequestWithContext(ctxT(t), http.MethodHead, e.srv.URL+"/api/events", nil)
+	require.NoError(t, err)
+	head.Header.Set("Authorization", "Bearer "+token)
+	res, err = e.http.Do(head)
+	require.NoError(t, err)
+	res.Body.Close()
+	assert.Equal(t, http.StatusOK, res.StatusCode, "a HEAD is answered, without a stream")
+	assert.Equal(t, 0, e.view.Viewers())
 }
 
 func TestRequestsToAnotherHostAreRefused(t *testing.T) {
