@@ -62,8 +62,8 @@
     stopped = true;
     try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* nothing kept */ }
     setLive(false, 'no access');
-    showProblem('This page has no valid token. Open the address that a2a-bus serve logged ' +
-      '(it ends with #token=…), or add #token=<uiToken from the connection file> to this address.');
+    showProblem('This page has no valid token. Open the address a2a-bus gave (serve logs it, demo prints it; ' +
+      'it ends with #token=…), or add #token=<uiToken from the connection file> to this address.');
   }
 
   async function errorText(res) {
