@@ -152,6 +152,17 @@ func (v *View) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer v.leave(vw)
+	defer func() {
+		select {
+		case <-vw.cut:
+			// The connection of a page cut closes: the end of the
+			// response, which the deadline fails, is not written, and the
+			// page reconnects. (A write since the cut may have moved
+			// the deadline on.)
+			rc.SetWriteDeadline(time.Now())
+		default:
+		}
+	}()
 	w.Header().Set("Content-Type", "application/x-ndjson; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	write := func(line []byte) bool {
