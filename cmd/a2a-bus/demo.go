@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -14,6 +16,9 @@ import (
 	"time"
 
 	"github.com/a2a-bus/a2a-bus/host"
+	"github.com/a2a-bus/a2a-bus/internal/secret"
+	"github.com/a2a-bus/a2a-bus/liveview"
+	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/runtime"
 	"github.com/a2a-bus/a2a-bus/wire"
 )
@@ -24,8 +29,9 @@ func runDemo(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.
 	busName := fs.String("bus", "nats", "the bus: nats (an embedded server) or pipe (the broker as a child process)")
 	connFile := fs.String("connection-file", "", "join the running broker of this connection file instead of starting one")
 	hold := fs.Bool("hold", false, "after the round trip, keep the delegates until interrupted, answering every task they are given (to look at them with status, or talk to them through the A2A gateway)")
+	ui := fs.Bool("ui", false, "serve a live view of the demo for a web browser: the round trip starts once a page is open, and goes on every few seconds until interrupted")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: a2a-bus demo [--bus nats|pipe]
+		fmt.Fprint(fs.Output(), `Usage: a2a-bus demo [--bus nats|pipe] [--ui]
 
 Runs ADR 0162's cross-session round trip and prints it: two chat sessions
 each spawn a delegate named discussant (the second becomes discussant-2),
@@ -36,6 +42,7 @@ at the end, and writes no connection file.
 Examples:
   a2a-bus demo              # on an embedded NATS server
   a2a-bus demo --bus pipe   # the broker as a child process on a pipe
+  a2a-bus demo --ui         # and watch it in a browser: open the address it prints
   a2a-bus demo --connection-file "$XDG_RUNTIME_DIR/a2a-bus/connection.json" --hold
 
 Flags:
@@ -51,6 +58,9 @@ Flags:
 	kind, err := host.ParseBus(*busName)
 	if err != nil {
 		return report(stderr, "demo", usageErrorf("--bus: %q is not nats or pipe", *busName))
+	}
+	if *ui && (kind != host.NATS || *connFile != "" || *hold) {
+		return report(stderr, "demo", usageErrorf("--ui: with the embedded NATS server, without --connection-file and --hold (a running broker has its own: serve --ui)"))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	// The broker keeps its tasks in a temporary data dir, removed after.
@@ -73,7 +83,7 @@ Flags:
 		}
 		cfg.BrokerCommand = []string{self, "serve", "--bus=pipe", "--data-dir=" + dataDir, "--log-level=warn"}
 	}
-	if err := demo(ctx, cfg, stdout, *hold); err != nil {
+	if err := demo(ctx, cfg, stdout, *hold, *ui); err != nil {
 		return report(stderr, "demo", err)
 	}
 	return exitOK
@@ -103,7 +113,7 @@ func text(m *wire.Message) string {
 	return strings.Join(parts, " ")
 }
 
-func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) error {
+func demo(parent context.Context, cfg host.Config, out io.Writer, hold, ui bool) error {
 	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
 	defer cancel()
 	h, err := host.Open(ctx, cfg)
@@ -112,6 +122,22 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) err
 	}
 	defer h.Close()
 	fmt.Fprintf(out, "a2a-bus demo: ADR 0162 cross-session round trip on %s\n\n", h.Describe())
+	if ui {
+		watched, stop, err := startDemoUI(h, out)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		select {
+		case <-watched:
+		case <-parent.Done():
+			return nil
+		}
+		// The round trip's 30 s start now.
+		cancel()
+		ctx, cancel = context.WithTimeout(parent, 30*time.Second)
+		defer cancel()
+	}
 	tr := &transcript{w: out, start: time.Now()}
 
 	d1, d2, closeSessions, err := spawnDiscussants(ctx, h, tr)
@@ -132,11 +158,19 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) err
 		// from any A2A client").
 		var answering sync.WaitGroup
 		for _, d := range []*runtime.Delegate{d1, d2} {
-			answering.Go(func() { answer(parent, tr, d) })
+			answering.Go(func() { answer(parent, tr, d, 0) })
 		}
 		tr.say("both", "holding the delegates until interrupted; each answers the tasks it is given")
 		<-parent.Done()
 		answering.Wait()
+	}
+	if ui {
+		tr.say("both", "asking again every few seconds until interrupted")
+		if err := keepAsking(parent, tr, d1, d2); err != nil {
+			return err
+		}
+	}
+	if hold || ui {
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 	}
@@ -151,8 +185,9 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold bool) err
 }
 
 // answer works every task d is given until ctx ends: working, with an
-// artifact that echoes the request, then completed with a message.
-func answer(ctx context.Context, tr *transcript, d *runtime.Delegate) {
+// artifact that echoes the request, then, after pause, completed with a
+// message.
+func answer(ctx context.Context, tr *transcript, d *runtime.Delegate, pause time.Duration) {
 	for {
 		ev, err := d.Wait(ctx)
 		if err != nil {
@@ -165,6 +200,13 @@ func answer(ctx context.Context, tr *transcript, d *runtime.Delegate) {
 		tr.say(d.SessionID(), "%s wakes: task %s from %s: %q", d.ID(), short(id), ev.Task.Task.RequesterName, asked)
 		if _, err := d.Update(ctx, id, wire.StateWorking, nil, wire.Artifact{Name: "echo", Parts: []wire.Part{wire.TextPart(asked)}}); err != nil {
 			continue
+		}
+		if pause > 0 {
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return
+			}
 		}
 		reply := &wire.Message{Parts: []wire.Part{wire.TextPart(fmt.Sprintf("%s heard: %s", d.ID(), asked))}}
 		if _, err := d.Update(ctx, id, wire.StateCompleted, reply); err == nil {
@@ -273,4 +315,70 @@ func short(id string) string {
 		return "…" + id[len(id)-8:]
 	}
 	return id
+}
+
+// startDemoUI serves the live view of the demo's broker on loopback and
+// prints the address to open. watched is closed once a page follows it.
+func startDemoUI(h *host.Host, out io.Writer) (watched <-chan struct{}, stop func(), err error) {
+	c, ok := h.Client().(*natsbus.Client)
+	if !ok {
+		return nil, nil, errors.New("--ui: the live view needs the embedded NATS server")
+	}
+	token := secret.Hex(32)
+	view, err := liveview.New(c, liveview.Config{Token: token})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		view.Close()
+		return nil, nil, err
+	}
+	srv := &http.Server{Handler: view.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(ln)
+	}()
+	fmt.Fprintf(out, "live view: open http://%s/#token=%s\nThe round trip starts once the page is open; Ctrl-C ends the demo.\n\n", ln.Addr(), token)
+	return view.Watched(), func() {
+		view.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+		<-served
+	}, nil
+}
+
+// keepAsking has d1 hand d2 a task every few seconds until ctx ends; d2
+// works on each for a second, so that a live view shows it working.
+func keepAsking(ctx context.Context, tr *transcript, d1, d2 *runtime.Delegate) error {
+	var answering sync.WaitGroup
+	answering.Go(func() { answer(ctx, tr, d2, time.Second) })
+	defer answering.Wait()
+	for round := 2; ; round++ {
+		select {
+		case <-time.After(3 * time.Second):
+		case <-ctx.Done():
+			return nil
+		}
+		task, err := d1.Send(ctx, d2.ID(), wire.Message{Parts: []wire.Part{wire.TextPart(fmt.Sprintf("Round %d: shall we swap seats?", round))}}, nil)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		tr.say(d1.SessionID(), "%s asks %s: task %s", d1.ID(), task.AgentName, short(task.ID))
+		ev, err := waitTask(ctx, d1, task.ID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		tr.say(d1.SessionID(), "%s wakes: task %s %s: %q", d1.ID(), short(task.ID), ev.Task.Task.Status.State, text(ev.Task.Message))
+	}
 }

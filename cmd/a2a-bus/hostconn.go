@@ -35,6 +35,7 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 type brokerRef struct {
 	url, file string
 	pid       int
+	ui        string // the live view's address (serve --ui), or ""
 }
 
 // dial connects as the host.
@@ -67,7 +68,7 @@ func (h *hostFlags) dial() (*natsbus.Client, brokerRef, error) {
 			return nil, ref, fmt.Errorf("%s names a broker on an external NATS server: use --nats-url with --token or --nats-creds", path)
 		}
 		cfg.URL, cfg.Token = info.URL, info.Token
-		ref = brokerRef{url: info.URL, file: path, pid: info.PID}
+		ref = brokerRef{url: info.URL, file: path, pid: info.PID, ui: info.UIURL}
 	}
 	c, err := natsbus.Dial(cfg)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/a2a-bus/a2a-bus/internal/connfile"
 	"github.com/a2a-bus/a2a-bus/internal/secret"
 	"github.com/a2a-bus/a2a-bus/internal/version"
+	"github.com/a2a-bus/a2a-bus/liveview"
 	"github.com/a2a-bus/a2a-bus/natsbus"
 	"github.com/a2a-bus/a2a-bus/pipebus"
 	"github.com/a2a-bus/a2a-bus/store"
@@ -38,6 +39,8 @@ type serveOptions struct {
 	a2aListen          string
 	wsListen           string
 	wsOrigins          string
+	ui                 bool
+	uiListen           string
 	natsURL            string
 	natsCreds          string
 	state              string
@@ -74,10 +77,12 @@ func serveFlags(o *serveOptions, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bus, "bus", "nats", "the bus: nats or pipe")
 	fs.StringVar(&o.listen, "listen", "", "NATS: the address for clients in other processes (default 127.0.0.1 and a free port)")
-	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen, --a2a-listen or --ws-listen address off loopback")
+	fs.BoolVar(&o.allowRemote, "allow-remote", false, "NATS: allow a --listen, --a2a-listen, --ws-listen or --ui-listen address off loopback")
 	fs.StringVar(&o.a2aListen, "a2a-listen", "", "NATS: serve the A2A 1.0 gateway on this address (127.0.0.1:0 for a free port); off by default")
 	fs.StringVar(&o.wsListen, "ws-listen", "", "NATS: serve NATS over WebSocket on this address for web pages, such as Electron's renderers (127.0.0.1:0 for a free port); off by default")
 	fs.StringVar(&o.wsOrigins, "ws-origins", strings.Join(natsbus.DefaultWebSocketOrigins, ","), `--ws-listen: the origins a page may connect from, comma-separated: scheme://host[:port|:*], scheme://* (any host), *://* (any scheme but http and https: an app's own, such as app://), "file://", "null"`)
+	fs.BoolVar(&o.ui, "ui", false, "NATS: serve a live view of the sessions, agents and tasks for a web browser (its address is logged, and joins the connection file)")
+	fs.StringVar(&o.uiListen, "ui-listen", defaultUIListen, "--ui: the live view's address")
 	fs.StringVar(&o.natsURL, "nats-url", "", "NATS: use this server or cluster instead of embedding one")
 	fs.StringVar(&o.natsCreds, "nats-creds", "", "NATS: a credentials file for --nats-url")
 	fs.StringVar(&o.state, "state", "local", `where the broker keeps its state: "local" (--data-dir, or memory) or "jetstream" (the --nats-url cluster's JetStream, shared with the cluster's other brokers)`)
@@ -115,7 +120,8 @@ With NATS (the default) the broker embeds a NATS server on 127.0.0.1,
 writes a connection file ({"url", "token", "pid"}, mode 0600) and prints
 its path as the first line on stderr. --a2a-listen adds an A2A 1.0
 gateway for the official A2A SDKs; its URL and bearer token join the
-connection file ("a2aUrl", "a2aToken").
+connection file ("a2aUrl", "a2aToken"). --ui adds a live view for a web
+browser: open the address it logs ("uiUrl" and "uiToken" in the file).
 
 With --nats-url and --state=jetstream, brokers on several hosts share one
 bus on a NATS cluster with JetStream: each keeps its state in the
@@ -126,6 +132,7 @@ binding; README, "Run it across machines").
 Examples:
   a2a-bus serve                     # embedded NATS on loopback
   a2a-bus serve --a2a-listen 127.0.0.1:0   # and the A2A gateway
+  a2a-bus serve --ui                # and a live view: open the address it logs
   a2a-bus serve --bus=pipe          # JSON-RPC lines on stdin/stdout
   a2a-bus serve --config a2a.json   # {"bus": "pipe", "max-tasks-per-context": 64}
   a2a-bus serve --nats-url nats://n1:4222,nats://n2:4222 --state=jetstream --broker-name laptop
@@ -258,8 +265,11 @@ func (o *serveOptions) validate() error {
 	if o.natsCreds != "" && o.natsURL == "" {
 		return usageErrorf("--nats-creds: needs --nats-url")
 	}
-	if o.natsURL != "" && (o.listen != "" || o.allowRemote) {
+	if o.natsURL != "" && (o.listen != "" || o.allowRemote && !o.ui) {
 		return usageErrorf("--listen and --allow-remote configure the embedded server; --nats-url uses another")
+	}
+	if !o.ui && o.uiListen != defaultUIListen && o.origins["ui-listen"] == fromFlag {
+		return usageErrorf("--ui-listen: needs --ui")
 	}
 	switch o.state {
 	case "local":
@@ -298,13 +308,14 @@ func (o *serveOptions) validate() error {
 		return usageErrorf("--ws-listen: a listener of the embedded NATS server; with --nats-url, configure that server's websocket block")
 	}
 	if o.bus == "pipe" {
-		for name, set := range map[string]*bool{"listen": ptr(o.listen != ""), "allow-remote": &o.allowRemote, "nats-url": ptr(o.natsURL != ""), "nats-creds": ptr(o.natsCreds != ""), "connection-file": ptr(o.connectionFile != ""), "a2a-listen": ptr(o.a2aListen != ""), "ws-listen": ptr(o.wsListen != "")} {
+		for name, set := range map[string]*bool{"listen": ptr(o.listen != ""), "allow-remote": &o.allowRemote, "nats-url": ptr(o.natsURL != ""), "nats-creds": ptr(o.natsCreds != ""), "connection-file": ptr(o.connectionFile != ""), "a2a-listen": ptr(o.a2aListen != ""),
+			"ws-listen": ptr(o.wsListen != ""), "ui": &o.ui, "ui-listen": ptr(o.origins["ui-listen"] != 0)} {
 			if *set && o.origins[name] != fromEnv {
 				return usageErrorf("--%s is for the NATS bus, not --bus=pipe", name)
 			}
 		}
 		// From the environment they are meant for NATS brokers: ignored.
-		o.listen, o.allowRemote, o.natsURL, o.natsCreds, o.connectionFile, o.a2aListen, o.wsListen = "", false, "", "", "", "", ""
+		o.listen, o.allowRemote, o.natsURL, o.natsCreds, o.connectionFile, o.a2aListen, o.wsListen, o.ui = "", false, "", "", "", "", "", false
 	}
 	if o.dataDir == noDataDir {
 		return errors.New("no default data dir: neither XDG_STATE_HOME nor HOME is set; give --data-dir (\"\" keeps tasks in memory)")
@@ -330,8 +341,16 @@ func (o *serveOptions) validate() error {
 			return usageErrorf("--ws-origins: %v", err)
 		}
 	}
+	if o.ui {
+		if err := natsbus.CheckListen(o.uiListen, o.allowRemote); err != nil {
+			return usageErrorf("--ui-listen: %v", err)
+		}
+	}
 	return nil
 }
+
+// defaultUIListen is --ui-listen's default: loopback, a free port.
+const defaultUIListen = "127.0.0.1:0"
 
 func ptr[T any](v T) *T { return &v }
 
@@ -463,6 +482,15 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 		defer gwListener.Close()
 		info.A2AURL, info.A2AToken = "http://"+gwListener.Addr().String(), secret.Hex(32)
 	}
+	// So is the live view's.
+	var uiListener net.Listener
+	if o.ui {
+		if uiListener, err = net.Listen("tcp", o.uiListen); err != nil {
+			return fmt.Errorf("--ui-listen: %w", err)
+		}
+		defer uiListener.Close()
+		info.UIURL, info.UIToken = "http://"+uiListener.Addr().String()+"/", secret.Hex(32)
+	}
 	cfg, gwInstance, err := o.brokerConfig(st, log)
 	if err != nil {
 		return err
@@ -495,11 +523,23 @@ func serveNATS(ctx context.Context, o serveOptions, log *slog.Logger, gate *gate
 			return err
 		}
 	}
+	stopUI := func() {}
+	if uiListener != nil {
+		if stopUI, err = startUI(bus, uiListener, info, o, log); err != nil {
+			stopGateway()
+			return err
+		}
+	}
 	fmt.Fprintln(gate.w, path)
 	gate.open()
 	log.Info("serving on NATS", "url", bus.URL(), "connectionFile", path, "embedded", bus.Server() != nil, "a2aGateway", info.A2AURL, "webSocket", info.WSURL)
+	if uiListener != nil {
+		// The token travels in the fragment, which a browser never sends.
+		log.Info("live view: open this address in a browser", "url", info.UIURL+"#token="+info.UIToken)
+	}
 	<-ctx.Done()
 	log.Info("shutting down", "why", why(ctx))
+	stopUI()
 	stopGateway()
 	bus.Close()
 	b.Close()
@@ -540,6 +580,47 @@ func startGateway(ctx context.Context, bus *natsbus.Bus, ln net.Listener, info c
 	log.Info("A2A gateway", "url", info.A2AURL+"/agents")
 	return func() {
 		g.Close() // ends the streams and blocking sends; the agent stays registered
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			srv.Close()
+		}
+		<-served
+		client.Close()
+	}, nil
+}
+
+// startUI serves the live view on ln, through a host connection of its
+// own: in process with the embedded server, else dialed as the broker's
+// own is. stop ends its streams and closes the HTTP server, within a
+// second.
+func startUI(bus *natsbus.Bus, ln net.Listener, info connfile.Info, o serveOptions, log *slog.Logger) (stop func(), err error) {
+	log = log.With("client", "live-view")
+	var client *natsbus.Client
+	if bus.Server() != nil {
+		client, err = bus.Connect(natsbus.ClientConfig{Logger: log})
+	} else {
+		client, err = natsbus.Dial(natsbus.ClientConfig{URL: o.natsURL, CredsFile: o.natsCreds, Logger: log})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("live view: %w", err)
+	}
+	view, err := liveview.New(client, liveview.Config{Token: info.UIToken, AllowRemote: o.allowRemote, Logger: log})
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: view.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("the live view stopped", "error", err)
+		}
+	}()
+	return func() {
+		view.Close() // ends the streams
 		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {

@@ -83,7 +83,7 @@ Flags:
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var st brokerStatus
+	st := brokerStatus{UIURL: ref.ui}
 	if err := readStatus(ctx, c, &st.Info, &st.Agents, &st.Tasks, &st.Sessions); err != nil {
 		return report(stderr, "status", err)
 	}
@@ -103,6 +103,9 @@ type brokerStatus struct {
 	Agents   []wire.AgentCard    `json:"agents"`
 	Tasks    []wire.AdminTask    `json:"openTasks"`
 	Sessions []wire.AdminSession `json:"sessions"`
+	// UIURL is the live view's address, from the connection file (serve
+	// --ui); open it with "#token=" and the file's uiToken.
+	UIURL string `json:"uiUrl,omitempty"`
 }
 
 // printStatus writes the status as a summary and three tables: agents,
@@ -111,6 +114,9 @@ func printStatus(w io.Writer, ref brokerRef, st *brokerStatus) {
 	i := st.Info
 	fmt.Fprintf(w, "broker %s  bus %s  epoch %s  up %s  version %s\n", ref.url, i.Bus, short(i.Epoch), time.Duration(i.UptimeSeconds*float64(time.Second)).Round(time.Second), i.Version)
 	fmt.Fprintf(w, "%d agents in %d sessions, %d open tasks\n", i.Agents, i.Sessions, i.OpenTasks)
+	if st.UIURL != "" {
+		fmt.Fprintf(w, "live view %s (add #token= and the connection file's uiToken)\n", st.UIURL)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\nAGENT\tSESSION\tNAME\tREGISTERED")
 	for _, a := range st.Agents {

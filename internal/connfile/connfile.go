@@ -32,6 +32,10 @@ type Info struct {
 	// WSURL is the WebSocket listener for web pages (serve --ws-listen);
 	// absent when it is off.
 	WSURL string `json:"wsUrl,omitempty"`
+	// UIURL and UIToken are the live view's address and bearer token
+	// (serve --ui); absent when it is off.
+	UIURL   string `json:"uiUrl,omitempty"`
+	UIToken string `json:"uiToken,omitempty"`
 	// Broker is, in a cluster (serve --state=jetstream), the broker's
 	// name, which its host's clients name in every request
 	// (natsbus.ClientConfig.Broker).
