@@ -148,9 +148,11 @@ type pageBroker struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	info struct {
-		URL   string `json:"url"`
-		Token string `json:"token"`
-		WSURL string `json:"wsUrl"`
+		URL     string `json:"url"`
+		Token   string `json:"token"`
+		WSURL   string `json:"wsUrl"`
+		UIURL   string `json:"uiUrl"`
+		UIToken string `json:"uiToken"`
 	}
 	host *nats.Conn
 }
@@ -498,12 +500,74 @@ window.worker = await window.session.spawn({name: %q, description: "a delegate i
 return window.worker.id;`, session, name)
 }
 
+// liveView is the broker's live view (serve --ui) open in the shared
+// Chromium, in a browser context of its own.
+type liveView struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+// openLiveView opens the live view at the address serve logs (the token
+// in the fragment) and waits until it follows the broker's events.
+func openLiveView(t *testing.T, b *pageBroker) *liveView {
+	t.Helper()
+	b.mu.Lock()
+	addr := b.info.UIURL + "#token=" + b.info.UIToken
+	b.mu.Unlock()
+	require.NotEmpty(t, b.info.UIURL, "serve --ui names the live view in the connection file")
+	ctx, cancel := chromedp.NewContext(theBrowser(t), chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Do(ctx), "opening a target")
+	v := &liveView{t: t, ctx: ctx}
+	v.run(chromedp.EmulateViewport(1280, 470), chromedp.Navigate(addr),
+		chromedp.WaitVisible(chromedp.CSS(`#status[data-live="true"]`)))
+	hash, err := chromedp.Run(v.timed(), chromedp.Evaluate[string](`location.hash`))
+	require.NoError(t, err)
+	require.Empty(t, hash, "the page takes the token out of the address bar")
+	return v
+}
+
+func (v *liveView) run(steps ...chromedp.Action[chromedp.Void]) {
+	v.t.Helper()
+	require.NoError(v.t, chromedp.Do(v.timed(), steps...))
+}
+
+// timed is the view's context bounded by browserTimeout, until the test
+// ends.
+func (v *liveView) timed() context.Context {
+	ctx, cancel := context.WithTimeout(v.ctx, browserTimeout)
+	v.t.Cleanup(cancel)
+	return ctx
+}
+
+// shows waits until the view has an element matching the CSS selector.
+func (v *liveView) shows(selector string) {
+	v.t.Helper()
+	v.run(chromedp.WaitVisible(chromedp.CSS(selector)))
+}
+
+// screenshot saves what the view shows as a PNG in the test's temp dir,
+// and also at A2A_BUS_LIVEVIEW_PNG when that is set (docs/liveview.png
+// is made so).
+func (v *liveView) screenshot() {
+	v.t.Helper()
+	png, err := chromedp.Run(v.timed(), chromedp.CaptureScreenshot())
+	require.NoError(v.t, err)
+	require.NoError(v.t, os.WriteFile(filepath.Join(v.t.TempDir(), "liveview.png"), png, 0o600))
+	if dst := os.Getenv("A2A_BUS_LIVEVIEW_PNG"); dst != "" {
+		require.NoError(v.t, os.WriteFile(dst, png, 0o644))
+	}
+}
+
 // TestBrowserPageDelegateCompletesATask: a page connects over WebSocket
 // with a session credential its host handed it, registers a delegate,
 // takes a task a Go delegate of another session sends it, and completes
-// it with a message and an artifact, which the Go side sees.
+// it with a message and an artifact, which the Go side sees. The live
+// view (serve --ui), open meanwhile, shows both sessions, their agents,
+// the task reaching completed and another task still open.
 func TestBrowserPageDelegateCompletesATask(t *testing.T) {
-	b := startPageBroker(t)
+	b := startPageBroker(t, "--ui")
+	view := openLiveView(t, b)
 	p := openPage(t, b, "localhost")
 	var id string
 	p.mustEval(pageWorker("page-1", "page-worker"), &id)
@@ -537,6 +601,16 @@ func TestBrowserPageDelegateCompletesATask(t *testing.T) {
 	require.Equal(t, "sum", done.Artifacts[0].Name)
 	require.Equal(t, "2 + 3 = 5", textOf(&wire.Message{Parts: done.Artifacts[0].Parts}))
 	require.Len(t, p.credentialsIssued("page-1"), 1, "one credential for one connection")
+
+	// A second task stays open, for the view's open tasks.
+	open, err := asker.Send(ctx, "page-worker", clusterText("and now 4 and 5?"), nil)
+	require.NoError(t, err)
+	view.shows(`section[data-context-id="page-1"] li[data-agent-id="page-worker"]`)
+	view.shows(`section[data-context-id="go-1"] li[data-agent-id="asker"]`)
+	view.shows(fmt.Sprintf(`#timeline li[data-task-id=%q][data-state="completed"]`, task.ID))
+	view.shows(fmt.Sprintf(`#timeline li[data-task-id=%q][data-kind="created"]`, task.ID))
+	view.shows(fmt.Sprintf(`#open-tasks tr[data-task-id=%q][data-state="submitted"]`, open.ID))
+	view.screenshot()
 	p.mustEval(`await window.session.close(); return null`, nil)
 }
 
