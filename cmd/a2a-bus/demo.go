@@ -140,18 +140,26 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold, ui bool)
 	}
 	tr := &transcript{w: out, start: time.Now()}
 
+	// With --ui, Ctrl-C is how the demo ends, at whatever point it is:
+	// an error that the interruption caused ends it cleanly.
+	interrupted := func() bool { return ui && parent.Err() != nil }
 	d1, d2, closeSessions, err := spawnDiscussants(ctx, h, tr)
 	defer closeSessions()
 	if err != nil {
+		if interrupted() {
+			return nil
+		}
 		return err
 	}
-	if err := discover(ctx, tr, d1); err != nil {
+	var roundTrip time.Duration
+	err = discover(ctx, tr, d1)
+	if err == nil {
+		roundTrip, err = takeSeats(ctx, tr, d1, d2)
+	}
+	if err != nil && !interrupted() {
 		return err
 	}
-	roundTrip, err := takeSeats(ctx, tr, d1, d2)
-	if err != nil {
-		return err
-	}
+	tookSeats := err == nil
 	if hold {
 		// Held, the delegates answer whatever task they are given, as an
 		// A2A client through the gateway sees (README: "Talk to a delegate
@@ -164,7 +172,7 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold, ui bool)
 		<-parent.Done()
 		answering.Wait()
 	}
-	if ui {
+	if ui && tookSeats {
 		tr.say("both", "asking again every few seconds until interrupted")
 		if err := keepAsking(parent, tr, d1, d2); err != nil {
 			return err
@@ -180,7 +188,9 @@ func demo(parent context.Context, cfg host.Config, out io.Writer, hold, ui bool)
 		}
 	}
 	tr.say("both", "delegates settled (deregistered)")
-	fmt.Fprintf(out, "\nround trip, send to the requester's wake-up: %.2f ms\n", float64(roundTrip.Microseconds())/1000)
+	if tookSeats {
+		fmt.Fprintf(out, "\nround trip, send to the requester's wake-up: %.2f ms\n", float64(roundTrip.Microseconds())/1000)
+	}
 	return nil
 }
 

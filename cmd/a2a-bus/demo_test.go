@@ -41,7 +41,16 @@ func (l *lockedBuffer) String() string {
 
 // TestDemoUI: demo --ui prints the live view's address, starts the
 // round trip once a page follows it, and the page sees the task's moves.
+// Ctrl-C ends it cleanly (its delegates settled, exit 0) at any point:
+// after the first round trip, or in the middle of it.
 func TestDemoUI(t *testing.T) {
+	t.Run("after the round trip", func(t *testing.T) { demoUI(t, 3) })
+	t.Run("during the round trip", func(t *testing.T) { demoUI(t, 1) })
+}
+
+// demoUI runs demo --ui, follows its live view, and interrupts the demo
+// once the view has seen stopAfter of the first round trip's moves.
+func demoUI(t *testing.T, stopAfter int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r, w := io.Pipe()
@@ -90,7 +99,7 @@ func TestDemoUI(t *testing.T) {
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	lines := bufio.NewScanner(res.Body)
 	var moves []string
-	for len(moves) < 3 && lines.Scan() {
+	for len(moves) < stopAfter && lines.Scan() {
 		var l struct {
 			Type  string
 			Entry *liveview.Entry
@@ -104,7 +113,7 @@ func TestDemoUI(t *testing.T) {
 		"created submitted to discussant-2: Shall we share the roundtable? I take seat 1.",
 		"status working to discussant: ",
 		"status completed to discussant: Agreed: seat 2 is mine.",
-	}, moves, "the first round trip, which waits for the page")
+	}[:stopAfter], moves, "the first round trip, which waits for the page")
 
 	cancel()
 	select {
