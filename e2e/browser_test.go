@@ -45,7 +45,7 @@ import (
 // One Chromium serves every test (started on first use, stopped by
 // TestMain); each page is a target of its own in a browser context of its
 // own. Without Chromium or the bundle the tests skip, saying what to
-// install or build; with A2A_BUS_REQUIRE_BROWSER=1 (CI) they fail.
+// install or build; with REQUIRE_BROWSER_TESTS=1 (CI) they fail.
 
 // evilHost resolves, in the shared Chromium only, to 127.0.0.1: a page
 // served from it has an origin the broker does not allow.
@@ -59,8 +59,8 @@ const browserTimeout = 60 * time.Second
 func missing(t *testing.T, format string, args ...any) {
 	t.Helper()
 	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("A2A_BUS_REQUIRE_BROWSER") == "1" {
-		t.Fatalf("%s (A2A_BUS_REQUIRE_BROWSER=1)", msg)
+	if os.Getenv("REQUIRE_BROWSER_TESTS") == "1" {
+		t.Fatalf("%s (REQUIRE_BROWSER_TESTS=1)", msg)
 	}
 	t.Skip(msg)
 }

@@ -24,6 +24,16 @@ func TestMain(m *testing.M) {
 type leakChecked struct{ m *testing.M }
 
 func (l leakChecked) Run() int {
+	// The tests set the A2A_BUS_* variables they mean. Those of whoever
+	// runs them (a developer's settings) would be settings, or warnings,
+	// of every serve started here. (Here, not in TestMain: testscript
+	// runs a script's commands through TestMain too, with the script's
+	// variables.)
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, envPrefix) {
+			os.Unsetenv(k)
+		}
+	}
 	code := l.m.Run()
 	testbin.Cleanup()
 	if code == 0 {
