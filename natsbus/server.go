@@ -506,7 +506,18 @@ func (s *Server) subscribers(session string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return len(sz.Subs), nil
+	// A session credential's subscription is listed twice: in the
+	// sessions account, and as the shadow the stream import of the
+	// notifications keeps in the global account. One per client's sid.
+	type sub struct {
+		cid uint64
+		sid string
+	}
+	seen := make(map[sub]struct{}, len(sz.Subs))
+	for _, d := range sz.Subs {
+		seen[sub{d.Cid, d.Sid}] = struct{}{}
+	}
+	return len(seen), nil
 }
 
 // watched is the server as its watchdog sees it: the connections of

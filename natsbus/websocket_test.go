@@ -295,3 +295,40 @@ func TestTheWebSocketGateCutsAReaderThatStopped(t *testing.T) {
 		time.Sleep(time.Millisecond) // a trickle: the server cuts the reader at its write deadline, not as a slow consumer at once
 	}
 }
+
+// TestASessionSubscriptionCountsOnce: a2a.admin.sessions' subscribers
+// count each subscription to a session's events once, whether a session
+// credential (over TCP or WebSocket) or the host token made it.
+func TestASessionSubscriptionCountsOnce(t *testing.T) {
+	b := wsBroker(t)
+	count := func() int {
+		t.Helper()
+		n, ok := b.Subscribers("s1")
+		require.True(t, ok)
+		return n
+	}
+	base := count() // the broker's own, if any
+	for i, url := range []string{"tcp", "ws"} {
+		creds := openSession(t, b, "s1")
+		if url == "ws" {
+			url = creds.WSURL
+		} else {
+			url = creds.URL
+		}
+		nc, err := nats.Connect(url, nats.UserInfo(creds.User, creds.Password),
+			nats.CustomInboxPrefix(natsbus.SessionInbox("s1")), nats.NoReconnect())
+		require.NoError(t, err)
+		defer nc.Close()
+		_, err = nc.SubscribeSync(natsbus.EventsSubject("s1"))
+		require.NoError(t, err)
+		require.NoError(t, nc.Flush())
+		assert.Equal(t, base+i+1, count(), "after the %s subscription", url)
+	}
+	host, err := nats.Connect(b.URL(), nats.Token(b.Server().Token()), nats.NoReconnect())
+	require.NoError(t, err)
+	defer host.Close()
+	_, err = host.SubscribeSync("a2a.session.*.events")
+	require.NoError(t, err)
+	require.NoError(t, host.Flush())
+	assert.Equal(t, base+3, count(), "and the host's wildcard")
+}
