@@ -205,9 +205,6 @@ type Bus struct {
 	// that the server closed.
 	reserving sync.WaitGroup
 
-	busyOnce sync.Once
-	busyErr  []byte
-
 	closeOnce sync.Once
 }
 
@@ -428,7 +425,9 @@ func (b *Bus) dispatch(h transport.Handler, m inbound, bySession bool) {
 		// the subscription keeps up with it; past busyAnswers a second,
 		// not answered at all (the flooder's calls time out).
 		if b.fair.BusyAnswer(key, busyAnswers, time.Now()) {
-			b.reply(m, b.busy(wire.PeekID(m.data)))
+			var be *admission.BusyError
+			errors.As(err, &be)
+			b.reply(m, busyAnswer(wire.PeekID(m.data), be))
 			b.svc.done(endpoint, time.Since(received), nil, busyProblem)
 		} else {
 			b.svc.done(endpoint, time.Since(received), nil, busyProblem+", not answered: past the busy answers a second")
@@ -447,21 +446,30 @@ const busyAnswers = 1000
 // the answer back.
 var busyProblem = fmt.Sprintf("%d %s", wire.ErrBusy.Code, wire.CodeBusy)
 
-// busy returns the A2A_BUSY response to the request with this id. The
-// error object is encoded once.
-func (b *Bus) busy(id json.RawMessage) []byte {
-	b.busyOnce.Do(func() {
-		b.busyErr, _ = json.Marshal(wire.ErrBusy.Withf(
-			"the session has %d requests waiting for the broker; retry after a pause", b.cfg.MaxWaitingPerSession))
-	})
+// busyAnswer returns the A2A_BUSY response to the request with this id,
+// naming the bound the request met with its figures (docs/PROTOCOL.md
+// §2.2).
+func busyAnswer(id json.RawMessage, be *admission.BusyError) []byte {
 	if id == nil {
 		id = json.RawMessage("null")
 	}
-	out := make([]byte, 0, len(id)+len(b.busyErr)+40)
+	var msg string
+	switch {
+	case be == nil:
+		msg = "the session has too many requests waiting for the broker; retry after a pause"
+	case be.Bytes:
+		msg = fmt.Sprintf("the session's %d requests waiting for the broker hold %d bytes; with this one's %d they would pass the bound of %d bytes waiting (%d in service); retry after a pause",
+			be.Waiting, be.WaitingBytes, be.Size, be.MaxBytes, be.Running)
+	default:
+		msg = fmt.Sprintf("the session has %d requests waiting for the broker, the bound of requests waiting (%d in service); retry after a pause",
+			be.Waiting, be.Running)
+	}
+	e, _ := json.Marshal(wire.ErrBusy.Withf("%s", msg))
+	out := make([]byte, 0, len(id)+len(e)+40)
 	out = append(out, `{"jsonrpc":"2.0","id":`...)
 	out = append(out, id...)
 	out = append(out, `,"error":`...)
-	out = append(out, b.busyErr...)
+	out = append(out, e...)
 	return append(out, '}')
 }
 

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,7 +179,8 @@ func (q *Queue) Submit(key string, size int, run func(serve bool)) error {
 		return nil
 	}
 	if len(k.waiting) >= q.lim.MaxWait || (len(k.waiting) > 0 && k.bytes+size > q.lim.MaxBytes) {
-		return ErrBusy
+		return &BusyError{Bytes: len(k.waiting) < q.lim.MaxWait, Waiting: len(k.waiting), WaitingBytes: k.bytes, Size: size,
+			Running: k.running, MaxWait: q.lim.MaxWait, MaxBytes: q.lim.MaxBytes}
 	}
 	k.waiting = append(k.waiting, job)
 	k.bytes += size
@@ -186,6 +188,28 @@ func (q *Queue) Submit(key string, size int, run func(serve bool)) error {
 	q.pump()
 	return nil
 }
+
+// BusyError is Submit's ErrBusy (errors.Is), with the bound the request
+// met and the key's figures when it did.
+type BusyError struct {
+	// Bytes: the bound on the bytes waiting, which the request would have
+	// passed; else the bound on the requests waiting, which was full.
+	Bytes bool
+	// Waiting and WaitingBytes are what waited; Size is the request's
+	// own; Running is how many of the key's requests were in service.
+	Waiting, WaitingBytes, Size, Running int
+	MaxWait, MaxBytes                    int
+}
+
+func (e *BusyError) Error() string {
+	if e.Bytes {
+		return fmt.Sprintf("admission: %d bytes waiting and %d more would pass the bound of %d", e.WaitingBytes, e.Size, e.MaxBytes)
+	}
+	return fmt.Sprintf("admission: %d requests waiting, the bound", e.Waiting)
+}
+
+// Is makes a BusyError ErrBusy.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
 // mayStart reports whether k may start one more request, rate aside.
 // q.mu is held.

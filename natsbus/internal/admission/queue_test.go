@@ -142,13 +142,20 @@ func TestQueue_TooManyWaitingIsBusy(t *testing.T) {
 		for range 3 { // one runs, two wait
 			require.NoError(t, q.Submit("a", 1, g.job("a")))
 		}
-		assert.ErrorIs(t, q.Submit("a", 1, g.job("a")), ErrBusy)
+		err := q.Submit("a", 1, g.job("a"))
+		assert.ErrorIs(t, err, ErrBusy)
+		var be *BusyError
+		require.ErrorAs(t, err, &be)
+		assert.Equal(t, BusyError{Waiting: 2, WaitingBytes: 2, Size: 1, Running: 1, MaxWait: 2, MaxBytes: 1 << 20}, *be, "the count bound, with the figures")
 		assert.NoError(t, q.Submit("b", 1, g.job("b")), "another key has its own bound")
 		// Bytes bound too: one waiting request of 1 MiB fills it.
 		q2 := NewQueue(Limits{Total: 1, PerKey: 1, MaxWait: 100, MaxBytes: 1 << 20, Rate: rate.Inf})
 		require.NoError(t, q2.Submit("a", 1, g.job("a")))
 		require.NoError(t, q2.Submit("a", 1<<20, g.job("a")))
-		assert.ErrorIs(t, q2.Submit("a", 1, g.job("a")), ErrBusy)
+		err = q2.Submit("a", 1, g.job("a"))
+		assert.ErrorIs(t, err, ErrBusy)
+		require.ErrorAs(t, err, &be)
+		assert.Equal(t, BusyError{Bytes: true, Waiting: 1, WaitingBytes: 1 << 20, Size: 1, Running: 1, MaxWait: 100, MaxBytes: 1 << 20}, *be, "the bytes bound, with the figures")
 		close(g.release)
 		q.Close()
 		q2.Close()
