@@ -395,6 +395,23 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	return s, nil
 }
 
+// corrupt is Open's refusal of a damaged store, in one line: the cause
+// and the folder, then what the operator can do. (Pebble's errors carry
+// stack traces and detail lines: their first line is the cause; the
+// rest goes to the debug log, through the DataCorruption listener.)
+func corrupt(path string, err error) error {
+	return fmt.Errorf("%w: %s: %s; restore the data dir from a backup, or move it aside to start with an empty one", ErrCorrupt, path, oneLine(err))
+}
+
+// oneLine is err's message up to its first line break.
+func oneLine(err error) string {
+	if err == nil {
+		return ""
+	}
+	msg, _, _ := strings.Cut(err.Error(), "\n")
+	return msg
+}
+
 // load checks an open database (check) and reads what the store keeps
 // in memory: the open-task counts and the greatest task id.
 func load(db *pebble.DB, path string) (map[string]uint64, string, error) {
@@ -403,11 +420,11 @@ func load(db *pebble.DB, path string) (map[string]uint64, string, error) {
 	}
 	counts, err := loadCounts(db)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return nil, "", corrupt(path, err)
 	}
 	maxID, err := lastID(db)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return nil, "", corrupt(path, err)
 	}
 	return counts, maxID, nil
 }
@@ -436,7 +453,9 @@ func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
 			// Open, which reads everything once): a warning here, not
 			// Pebble's default, a fatal log.
 			DataCorruption: func(info pebble.DataCorruptionInfo) {
-				log.Warn(logsummary.Key("pebble: damaged data", info.Path), "pebble: damaged data", "path", info.Path, "error", info.Details)
+				// One line; Pebble's detail (its stack traces) at debug.
+				log.Warn(logsummary.Key("pebble: damaged data", info.Path), "pebble: damaged data", "path", info.Path, "error", oneLine(info.Details))
+				log.Log(slog.LevelDebug, logsummary.Key("pebble: damaged data, in detail", info.Path), "pebble: damaged data, in detail", "path", info.Path, "detail", fmt.Sprintf("%+v", info.Details))
 			},
 			// Pebble tries a failed flush or compaction again at once:
 			// a warning each time would be hundreds a second.
@@ -476,7 +495,7 @@ func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
 	default:
 		// A checksum, a malformed manifest, a log record damaged in the
 		// middle: the store is not sound.
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return nil, corrupt(path, err)
 	}
 }
 
@@ -565,12 +584,12 @@ func prepare(db *pebble.DB, path string) error {
 func check(db *pebble.DB, path string) error {
 	v, closer, err := db.Get(key(pMeta, "schema"))
 	if err != nil {
-		return fmt.Errorf("%w: %s: no schema version: %v", ErrCorrupt, path, err)
+		return corrupt(path, fmt.Errorf("no schema version: %s", oneLine(err)))
 	}
 	version, err := strconv.Atoi(string(v))
 	closer.Close()
 	if err != nil {
-		return fmt.Errorf("%w: %s: no schema version", ErrCorrupt, path)
+		return corrupt(path, errors.New("no schema version"))
 	}
 	if version > SchemaVersion {
 		return fmt.Errorf("%w: %s has schema %d, this broker knows up to %d", ErrNewerSchema, path, version, SchemaVersion)
@@ -588,7 +607,7 @@ func check(db *pebble.DB, path string) error {
 		_ = it.Value()
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return corrupt(path, err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -225,9 +226,20 @@ func TestADamagedStoreIsRefused(t *testing.T) {
 			require.NoError(t, s.Close())
 			tc.damage(t, dir)
 			for range 2 { // refused each time, and leaves nothing held
-				_, err := pebblestore.Open(dir, pebblestore.Options{LockTimeout: 100 * time.Millisecond})
+				var logged lockedLog
+				log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo}))
+				_, err := pebblestore.Open(dir, pebblestore.Options{LockTimeout: 100 * time.Millisecond, Logger: log})
 				require.Error(t, err)
 				assert.ErrorIs(t, err, pebblestore.ErrCorrupt, "%v", err)
+				// One line: the cause and the folder, then what to do; no
+				// library detail (stack traces are for the debug log).
+				assert.NotContains(t, err.Error(), "\n")
+				assert.Contains(t, err.Error(), filepath.Join(dir, pebblestore.DirName))
+				assert.Contains(t, err.Error(), "restore the data dir from a backup")
+				for _, line := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
+					assert.NotContains(t, line, `\n`, "a log line with a line break in it")
+					assert.NotContains(t, line, "stack trace")
+				}
 			}
 		})
 	}
@@ -843,4 +855,22 @@ func TestANegativeOptionIsRefused(t *testing.T) {
 			assert.ErrorIs(t, err, os.ErrNotExist)
 		})
 	}
+}
+
+// lockedLog is a log destination several goroutines write.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
