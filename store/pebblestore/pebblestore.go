@@ -235,6 +235,15 @@ type Store struct {
 	counts map[string]uint64 // open tasks per requester's session, as on disk
 	maxID  string            // the greatest task id stored; the committer's
 
+	// The last acknowledged commit, for a later start to check (marker.go):
+	// commitSeq is the number of the last commit applied (the
+	// committer's), acked that of the last one synced (the syncer's),
+	// which marking writes to mark when kicked.
+	commitSeq uint64
+	acked     atomic.Uint64
+	mark      *marker
+	markKick  chan struct{}
+
 	lock *flock.Flock // the data dir's, held while open
 
 	// The syncer's waits for company, and those that ran out (tests).
@@ -351,6 +360,30 @@ func lockDir(dir string, timeout time.Duration) (*flock.Flock, error) {
 // openLocked opens the store in dir, whose lock the caller holds.
 func openLocked(dir string, opts Options) (s *Store, err error) {
 	path := filepath.Join(dir, DirName)
+	markPath := filepath.Join(dir, MarkerName)
+	marked, held, err := readMarker(opts.fs, markPath)
+	if err != nil {
+		if !opts.AcceptDataLoss {
+			return nil, fmt.Errorf("%w: %v, so the store cannot show that it holds every acknowledged change; start with --accept-data-loss to go on without that check", ErrDataLoss, err)
+		}
+		if opts.OnDataLoss != nil {
+			opts.OnDataLoss(err.Error())
+		}
+		held = false
+	}
+	lost := false // a loss already accepted (and told)
+	if held {
+		if _, err := opts.fs.Stat(path); errors.Is(err, os.ErrNotExist) {
+			problem := fmt.Sprintf("the data dir held a store (%s), and its folder %s is gone", markPath, path)
+			if !opts.AcceptDataLoss {
+				return nil, fmt.Errorf("%w: %s; restore it, or start with --accept-data-loss to begin a new store there", ErrDataLoss, problem)
+			}
+			if opts.OnDataLoss != nil {
+				opts.OnDataLoss(problem)
+			}
+			lost = true
+		}
+	}
 	if err := migrate(dir, opts); err != nil {
 		return nil, err
 	}
@@ -363,9 +396,10 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 		if !opts.AcceptDataLoss {
 			return nil, fmt.Errorf("%w: %s: %s; start with --accept-data-loss to begin a new store there", ErrDataLoss, path, problem)
 		}
-		if opts.OnDataLoss != nil {
+		if opts.OnDataLoss != nil && !lost {
 			opts.OnDataLoss(problem)
 		}
+		lost = true
 		if db, err = open(path, opts, false); err == nil {
 			err = prepare(db, path)
 		}
@@ -382,17 +416,74 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	if err != nil {
 		return nil, err
 	}
+	seq, err := lastCommit(db, path)
+	if err != nil {
+		return nil, err
+	}
+	reset := !held
+	if held && seq < marked {
+		problem := fmt.Sprintf("the store's log ends at commit %d, but commit %d was acknowledged (%s): the tail of its newest log is damaged or truncated, and %d acknowledged commits are lost",
+			seq, marked, markPath, marked-seq)
+		if !opts.AcceptDataLoss {
+			return nil, fmt.Errorf("%w: %s; restore the data dir from a backup, or start with --accept-data-loss to go on without them", ErrDataLoss, problem)
+		}
+		if opts.OnDataLoss != nil && !lost {
+			opts.OnDataLoss(problem)
+		}
+		reset = true
+	}
+	mark, err := openMarker(opts.fs, markPath, seq, reset)
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: %w", err)
+	}
 	s = &Store{
 		path: path, opts: opts, ops: make(chan *op, opts.MaxBatch), applied: make(chan *group, 64), max: opts.MaxBatch,
 		disk: opts.disk, log: opts.log, brokenCh: make(chan struct{}),
 		abandoned: make(chan struct{}), shut: make(chan struct{}),
 		counts: counts, maxID: maxID,
+		commitSeq: seq, mark: mark, markKick: make(chan struct{}, 1),
 	}
+	s.acked.Store(seq)
 	s.db.Store(db)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Go(s.commit)
 	s.wg.Go(s.sync)
+	s.wg.Go(s.marking)
 	return s, nil
+}
+
+// lastCommit reads the number of the last commit (marker.go): 0 in a
+// store that has none yet.
+func lastCommit(db *pebble.DB, path string) (uint64, error) {
+	v, closer, err := db.Get(commitKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, corrupt(path, err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, corrupt(path, fmt.Errorf("the commit number is %d bytes", len(v)))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// marking writes the number of the last acknowledged commit to the
+// marker when the syncer kicks it, until the store closes; Close writes
+// the last one. A marker that cannot be written lags (the check at the
+// next start sees less), it fails nothing.
+func (s *Store) marking() {
+	for {
+		select {
+		case <-s.markKick:
+			if err := s.mark.write(s.acked.Load()); err != nil {
+				s.log.Warn("marker", "the marker of the last acknowledged commit could not be written; it lags", "error", err)
+			}
+		case <-s.ctx.Done():
+			return
+		}
+	}
 }
 
 // corrupt is Open's refusal of a damaged store, in one line: the cause
@@ -727,6 +818,12 @@ func (s *Store) commit() {
 				g.ops, g.results = append(g.ops, o), append(g.results, err)
 			}
 		}
+		if !t.Empty() {
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], s.commitSeq+1)
+			_ = t.Set(commitKey, n[:], nil) // into memory: fails only on a closed batch
+			g.seq = s.commitSeq + 1
+		}
 		synced := !t.Empty() && !s.mayLinger.Load()
 		g.applied = time.Now()
 		s.wmu.Lock()
@@ -755,6 +852,9 @@ func (s *Store) commit() {
 		// Raised even if the commit failed: a bound too high only costs
 		// a lookup.
 		s.maxID = t.maxID
+		if err == nil && g.seq != 0 {
+			s.commitSeq = g.seq
+		}
 		if err != nil {
 			for _, o := range batch {
 				o.done <- err
@@ -794,6 +894,8 @@ type group struct {
 	synced  *pebble.Batch
 	applied time.Time
 	barrier chan struct{}
+	// seq is the number of its commit; 0 when it wrote nothing.
+	seq uint64
 }
 
 // lingerMin is the fewest changes a sync must have carried for the
@@ -896,6 +998,17 @@ func (s *Store) sync() {
 			}
 			if err = s.syncGroups(groups); err == nil {
 				took = time.Since(start)
+			}
+		}
+		if err == nil {
+			for _, g := range groups {
+				if g.seq > s.acked.Load() {
+					s.acked.Store(g.seq)
+				}
+			}
+			select {
+			case s.markKick <- struct{}{}:
+			default:
 			}
 		}
 		last = n
@@ -1749,7 +1862,15 @@ func (s *Store) Close() error {
 		go func() {
 			defer close(s.shut)
 			s.wg.Wait()
+			// Every commit synced is acknowledged: the marker says so.
+			merr := s.mark.write(s.acked.Load())
+			if cerr := s.mark.close(); merr == nil {
+				merr = cerr
+			}
 			err := s.closeDB()
+			if err == nil && merr != nil {
+				err = fmt.Errorf("pebblestore: the marker: %w", merr)
+			}
 			if uerr := s.lock.Unlock(); err == nil {
 				err = uerr
 			}

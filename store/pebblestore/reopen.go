@@ -97,6 +97,10 @@ func (s *Store) reopen() (err error) {
 		return fmt.Errorf("%w: reopen: %w", s.failed(), err)
 	}
 	counts, maxID, err := load(db, s.path)
+	var seq uint64
+	if err == nil {
+		seq, err = lastCommit(db, s.path)
+	}
 	if err == nil && s.logFaults.Load() != faults {
 		err = errors.New("the new log failed too")
 	}
@@ -108,6 +112,7 @@ func (s *Store) reopen() (err error) {
 	s.counts = counts
 	s.cmu.Unlock()
 	s.maxID = maxID
+	s.commitSeq = seq
 	s.qmu.Lock()
 	s.db.Store(db)
 	s.qmu.Unlock()
