@@ -19,13 +19,15 @@ import (
 // commit also writes its number into the store (key commitKey), and once
 // its log sync is done, and so the commit acknowledged, the number goes
 // to a marker file beside the store (MarkerName), synced in the
-// background: the marker never runs ahead of the log. A store that opens
+// background: the marker never runs ahead of the log (and, written at
+// most every markEvery, it does not crowd the log's syncs). A store that opens
 // with a number below the marker's has lost acknowledged commits, and is
 // refused (ErrDataLoss) unless Options.AcceptDataLoss. The marker also
 // says that the data dir held a store: a tasks folder that is gone while
 // the marker is there is a loss, not a new store. What it cannot see: the
-// commits acknowledged after its last write (one sync's worth, under
-// load), if the log loses exactly those; and a marker lost with the log.
+// commits acknowledged after its last write (at most markEvery and one
+// sync before a crash), if the log loses exactly those; and a marker lost
+// with the log.
 
 // MarkerName is the marker file in the data dir.
 const MarkerName = "tasks.commit"
