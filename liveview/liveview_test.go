@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -563,4 +565,36 @@ func TestTheViewSubscribesOnlyWhileFollowed(t *testing.T) {
 	assert.Equal(t, "gap", gap.Kind)
 	require.NotNil(t, gap.Since)
 	assert.False(t, gap.At.Before(gap.Since.Time))
+}
+
+// TestPagesAskingAtOnceShareARead: while notifications flow (so no
+// snapshot stays fresh), the requests that waited for a read to end take
+// the next read, one for all of them, not one read each.
+func TestPagesAskingAtOnceShareARead(t *testing.T) {
+	e := newEnv(t, liveview.Config{})
+	liveview.SetSnapshotFresh(e.view, 0)
+	const pages = 8
+	var reads atomic.Int32
+	came := make(chan struct{}, pages)
+	first, release := make(chan struct{}), make(chan struct{})
+	liveview.SetSnapshotHooks(e.view, func() { came <- struct{}{} }, func() {
+		if reads.Add(1) == 1 {
+			close(first)
+			<-release // the first read is slow: the others come meanwhile
+		}
+		liveview.TookNotification(e.view) // and notifications flow
+	})
+	var wg sync.WaitGroup
+	wg.Go(func() { e.snapshot() })
+	<-first
+	<-came
+	for range pages - 1 {
+		wg.Go(func() { e.snapshot() })
+	}
+	for range pages - 1 {
+		<-came
+	}
+	close(release)
+	wg.Wait()
+	assert.Equal(t, int32(2), reads.Load(), "the first read, then one for the %d pages that waited", pages-1)
 }

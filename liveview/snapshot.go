@@ -40,8 +40,11 @@ type Agent struct {
 // usefully, and the view reads no further.
 const MaxItems = 5000
 
-// snapshotFresh is how long a snapshot read serves the pages that ask:
-// however many pages ask, the broker is asked at most this often.
+// snapshotFresh is how long a snapshot read serves the pages that ask
+// while the view takes no notification. While notifications flow, a
+// request that waited for a read to end takes that read's snapshot if it
+// started after the request came: however many pages ask at once, one
+// read serves them.
 const snapshotFresh = 250 * time.Millisecond
 
 // snapshots reads one snapshot at a time and keeps the last.
@@ -50,6 +53,10 @@ type snapshots struct {
 	fresh time.Duration // snapshotFresh, but in tests
 	body  []byte
 	at    time.Time
+	began time.Time // when the read of body began
+	// Tests' hooks: came when a request has come, read when a read
+	// begins (it may hold the read).
+	came, read func()
 	// changes counts the notifications the view took; a snapshot read
 	// before the last one is not served again (a page that asks on a
 	// "changed" hint gets what changed).
@@ -62,6 +69,10 @@ func newSnapshots() *snapshots { return &snapshots{turn: make(chan struct{}, 1),
 // snapshot returns the snapshot as JSON: the last one, if it is fresh,
 // else a new one.
 func (v *View) snapshot(ctx context.Context) ([]byte, error) {
+	came := time.Now()
+	if v.snap.came != nil {
+		v.snap.came()
+	}
 	select {
 	case v.snap.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -71,8 +82,12 @@ func (v *View) snapshot(ctx context.Context) ([]byte, error) {
 	}
 	defer func() { <-v.snap.turn }()
 	changes := v.snap.changes.Load()
-	if v.snap.body != nil && time.Since(v.snap.at) < v.snap.fresh && v.snap.atChanges == changes {
+	if v.snap.body != nil && (time.Since(v.snap.at) < v.snap.fresh && v.snap.atChanges == changes || !v.snap.began.Before(came)) {
 		return v.snap.body, nil
+	}
+	began := time.Now()
+	if v.snap.read != nil {
+		v.snap.read()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -86,7 +101,7 @@ func (v *View) snapshot(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	v.snap.body, v.snap.at, v.snap.atChanges = body, time.Now(), changes
+	v.snap.body, v.snap.at, v.snap.atChanges, v.snap.began = body, time.Now(), changes, began
 	return body, nil
 }
 
