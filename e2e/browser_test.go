@@ -22,6 +22,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/a2a-bus/a2a-bus/internal/testbin"
@@ -603,13 +604,19 @@ func TestBrowserPageDelegateCompletesATask(t *testing.T) {
 	require.Len(t, p.credentialsIssued("page-1"), 1, "one credential for one connection")
 
 	// A second task stays open, for the view's open tasks.
-	open, err := asker.Send(ctx, "page-worker", clusterText("and now 4 and 5?"), nil)
+	// Its text holds a bidi override, which the view shows as an escape.
+	open, err := asker.Send(ctx, "page-worker", clusterText("and now 4 and 5?\u202e"), nil)
 	require.NoError(t, err)
 	view.shows(`section[data-context-id="page-1"] li[data-agent-id="page-worker"]`)
 	view.shows(`section[data-context-id="go-1"] li[data-agent-id="asker"]`)
 	view.shows(fmt.Sprintf(`#timeline li[data-task-id=%q][data-state="completed"]`, task.ID))
 	view.shows(fmt.Sprintf(`#timeline li[data-task-id=%q][data-kind="created"]`, task.ID))
 	view.shows(fmt.Sprintf(`#open-tasks tr[data-task-id=%q][data-state="submitted"]`, open.ID))
+	row, err := chromedp.Run(view.timed(), chromedp.Evaluate[string](fmt.Sprintf(
+		`document.querySelector('#timeline li[data-task-id=%q][data-kind="created"]').textContent`, open.ID)))
+	require.NoError(t, err)
+	assert.Contains(t, row, `and now 4 and 5?\u202e`, "the override shown as an escape")
+	assert.NotContains(t, row, "\u202e", "not as itself")
 	view.screenshot()
 	p.mustEval(`await window.session.close(); return null`, nil)
 }

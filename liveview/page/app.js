@@ -31,6 +31,14 @@
 
   function headers() { return { Authorization: 'Bearer ' + token }; }
 
+  // Control characters and bidi controls, which a delegate may put in
+  // its names and texts, are shown as escapes: they cannot reorder or
+  // hide what the page shows (who waits on whom).
+  const unsafe = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  function shown(s) {
+    return s.replace(unsafe, (c) => '\\u' + c.charCodeAt(0).toString(16).padStart(4, '0'));
+  }
+
   function el(tag, attrs, ...children) {
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -39,7 +47,7 @@
       else e.setAttribute(k, v);
     }
     for (const c of children) {
-      if (c !== null && c !== undefined && c !== '') e.append(c);
+      if (c !== null && c !== undefined && c !== '') e.append(typeof c === 'string' ? shown(c) : c);
     }
     return e;
   }
