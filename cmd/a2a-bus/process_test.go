@@ -139,15 +139,11 @@ func TestNonLoopbackListenIsRefused(t *testing.T) {
 	assert.Contains(t, string(out), "not loopback")
 }
 
-func TestTheA2AGatewayFlagsAreChecked(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--a2a-listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "not loopback"},
-		{[]string{"--bus=pipe", "--a2a-listen", "127.0.0.1:0"}, "--a2a-listen is for the NATS bus"},
-		{[]string{"--nats-url", "nats://127.0.0.1:1", "--a2a-listen", "127.0.0.1:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "needs the embedded NATS server"},
-	} {
+// refusedSettings runs serve with each case's args: each must exit 2
+// (a bad setting), saying want.
+func refusedSettings(t *testing.T, cases []refusedSetting) {
+	t.Helper()
+	for _, tc := range cases {
 		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve"}, tc.args...)...)
 		cmd.Env = testEnv(t)
 		out, err := cmd.CombinedOutput()
@@ -158,26 +154,28 @@ func TestTheA2AGatewayFlagsAreChecked(t *testing.T) {
 	}
 }
 
+type refusedSetting struct {
+	args []string
+	want string
+}
+
+func TestTheA2AGatewayFlagsAreChecked(t *testing.T) {
+	refusedSettings(t, []refusedSetting{
+		{[]string{"--a2a-listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "not loopback"},
+		{[]string{"--bus=pipe", "--a2a-listen", "127.0.0.1:0"}, "--a2a-listen is for the NATS bus"},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--a2a-listen", "127.0.0.1:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "needs the embedded NATS server"},
+	})
+}
+
 func TestTheWebSocketFlagsAreChecked(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	refusedSettings(t, []refusedSetting{
 		{[]string{"--ws-listen", "0.0.0.0:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-listen: natsbus: listen address is not loopback"},
 		{[]string{"--ws-listen", "127.0.0.1:0", "--ws-origins", "https://*.example.com", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-origins: natsbus: bad allowed origin"},
 		{[]string{"--bus=pipe", "--ws-listen", "127.0.0.1:0"}, "--ws-listen is for the NATS bus"},
 		{[]string{"--ws-origins", "app://*", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "--ws-origins: for --ws-listen"},
 		{[]string{"--ws-listen", "127.0.0.1:0", "--ws-origins", "http://*", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "every web site"},
 		{[]string{"--nats-url", "nats://127.0.0.1:1", "--ws-listen", "127.0.0.1:0", "--connection-file", filepath.Join(t.TempDir(), "c.json")}, "configure that server's websocket block"},
-	} {
-		cmd := exec.Command(testbin.A2ABus(t), append([]string{"serve"}, tc.args...)...)
-		cmd.Env = testEnv(t)
-		out, err := cmd.CombinedOutput()
-		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "%v", tc.args)
-		assert.Equal(t, 2, exit.ExitCode(), "%v: a bad setting", tc.args)
-		assert.Contains(t, string(out), tc.want, "%v", tc.args)
-	}
+	})
 }
 
 // TestServeOverWebSocket: serve --ws-listen names its listener in the
