@@ -309,7 +309,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.fs == nil {
 		opts.fs = vfs.Default
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := mkdirAllSynced(dir); err != nil {
 		return nil, fmt.Errorf("pebblestore: %w", err)
 	}
 	// The data dir's lock comes first: a migration and a first store are
@@ -667,8 +667,9 @@ func createIfMissing(path string, opts Options, fill func(db *pebble.DB) error) 
 }
 
 // syncDir makes a folder's entries durable (a new entry's name). Where a
-// folder cannot be synced (Windows), its entries are durable already.
-func syncDir(dir string) error {
+// folder cannot be synced (Windows), its entries are durable already. A
+// variable, so that a test sees which folders are synced when.
+var syncDir = func(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("pebblestore: %w", err)
