@@ -102,8 +102,10 @@ func TestABrokerThatCannotStartIsRetriedWithBackoff(t *testing.T) {
 		prev = at
 	}
 	t.Logf("the waits between starts while the broker could not start: %v", waits)
-	// Fixed, it starts, and the delegate goes on.
+	// Fixed (the damaged store moved aside, with its marker, which says
+	// a store was there), it starts, and the delegate goes on.
 	require.NoError(t, os.RemoveAll(store))
+	require.NoError(t, os.Remove(filepath.Join(data, pebblestore.MarkerName)))
 	_, err = d.Peers(ctxT(t))
 	require.NoError(t, err)
 	assert.NotEqual(t, first, h.BrokerPID())
