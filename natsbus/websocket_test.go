@@ -288,12 +288,14 @@ func TestTheWebSocketGateCutsAReaderThatStopped(t *testing.T) {
 	require.Equal(t, 1, b.Server().WebSocketConns())
 	close(d.conn.stall)
 	payload := []byte(`{"jsonrpc":"2.0","method":"a2a.push","params":{"recipientContextId":"s1","pad":"` + strings.Repeat("x", 64<<10) + `"}}`)
-	deadline := time.Now().Add(60 * time.Second)
-	for b.Server().WebSocketConns() > 0 {
-		require.True(t, time.Now().Before(deadline), "the gate still holds a reader that stopped")
+	// 32 MiB: past every buffer on the way (the kernel's, the gate's, the
+	// server's slow-consumer bound), so that a write to the reader
+	// blocks, whichever side meets it first.
+	for range 512 {
 		require.NoError(t, b.Publish("s1", payload))
-		time.Sleep(time.Millisecond) // a trickle: the server cuts the reader at its write deadline, not as a slow consumer at once
 	}
+	require.Eventually(t, func() bool { return b.Server().WebSocketConns() == 0 }, 60*time.Second, 10*time.Millisecond,
+		"the gate still holds a reader that stopped")
 }
 
 // TestASessionSubscriptionCountsOnce: a2a.admin.sessions' subscribers
