@@ -174,3 +174,35 @@ func TestAnUndamagedStoreOpens(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, pebblestore.MarkerName))
 	require.NoError(t, err, "the marker is written at the start")
 }
+
+// TestAReopenThatLostAcknowledgedChangesIsRefused: a store that failed
+// is reopened from its log, as a restart would; a log that lost its
+// tail meanwhile (here cut to half) is refused as a start would be,
+// not taken as the truth: the store stays failed, and the next start
+// refuses it too.
+func TestAReopenThatLostAcknowledgedChangesIsRefused(t *testing.T) {
+	t.Cleanup(pebblestore.SetReopenEvery(0))
+	fs := newGatedFS(".log")
+	dir := t.TempDir()
+	s, err := pebblestore.Open(dir, pebblestore.WithFS(pebblestore.Options{}, fs))
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	for i := range 300 {
+		require.NoError(t, s.Create(ctx, storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+	}
+	held := newestLog(t, dir)
+	fs.fail.Store(true)
+	require.ErrorIs(t, s.Create(ctx, storetest.NewRecord("x", "c", "a", "b", 0), 0), pebblestore.ErrFailed)
+	st, err := os.Stat(held)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(held, st.Size()/2))
+	fs.fail.Store(false)
+	for range 2 {
+		err = s.Create(ctx, storetest.NewRecord("y", "c", "a", "b", 0), 0)
+		require.ErrorIs(t, err, pebblestore.ErrDataLoss)
+		assert.Contains(t, err.Error(), "acknowledged commits are lost")
+	}
+	require.NoError(t, s.Close())
+	refusedForLoss(t, dir, "acknowledged commits are lost")
+}

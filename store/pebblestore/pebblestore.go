@@ -422,8 +422,7 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	}
 	reset := !held
 	if held && seq < marked {
-		problem := fmt.Sprintf("the store's log ends at commit %d, but commit %d was acknowledged (%s): the tail of its newest log is damaged or truncated, and %d acknowledged commits are lost",
-			seq, marked, markPath, marked-seq)
+		problem := logLoss(seq, marked, markPath)
 		if !opts.AcceptDataLoss {
 			return nil, fmt.Errorf("%w: %s; restore the data dir from a backup, or start with --accept-data-loss to go on without them", ErrDataLoss, problem)
 		}
@@ -450,6 +449,13 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	s.wg.Go(s.sync)
 	s.wg.Go(s.marking)
 	return s, nil
+}
+
+// logLoss tells a log that ends at commit seq when commit acked was
+// acknowledged: the marker at markPath says so.
+func logLoss(seq, acked uint64, markPath string) string {
+	return fmt.Sprintf("the store's log ends at commit %d, but commit %d was acknowledged (%s): the tail of its newest log is damaged or truncated, and %d acknowledged commits are lost",
+		seq, acked, markPath, acked-seq)
 }
 
 // lastCommit reads the number of the last commit (marker.go): 0 in a

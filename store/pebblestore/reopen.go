@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -100,6 +101,13 @@ func (s *Store) reopen() (err error) {
 	var seq uint64
 	if err == nil {
 		seq, err = lastCommit(db, s.path)
+	}
+	if acked := s.acked.Load(); err == nil && seq < acked {
+		// The log lost acknowledged commits while the store was failed:
+		// refused as a start would refuse it, and the store stays failed
+		// (its marker keeps the last acknowledged commit, for that start).
+		err = fmt.Errorf("%w: %s; restore the data dir from a backup, or restart with --accept-data-loss to go on without them",
+			ErrDataLoss, logLoss(seq, acked, filepath.Join(filepath.Dir(s.path), MarkerName)))
 	}
 	if err == nil && s.logFaults.Load() != faults {
 		err = errors.New("the new log failed too")
