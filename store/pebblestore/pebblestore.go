@@ -431,7 +431,7 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 		}
 		reset = true
 	}
-	mark, err := openMarker(opts.fs, markPath, seq, reset)
+	mark, err := openMarker(privateFS{opts.fs}, markPath, seq, reset)
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: %w", err)
 	}

@@ -116,6 +116,9 @@ func TestTheDataDirIsPrivate(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(dir, pebblestore.DirName, "*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
+	require.NoError(t, s.Close()) // the marker is written
+	// The data dir's own files: its lock, the marker.
+	files = append(files, filepath.Join(dir, pebblestore.LockName), filepath.Join(dir, pebblestore.MarkerName))
 	for _, f := range files {
 		st, err := os.Stat(f)
 		require.NoError(t, err)
