@@ -299,6 +299,47 @@ func TestFullDisk(t *testing.T) {
 				b.read(t, id)
 			}
 		})
+		// A broker killed on the full disk: its store's log holds changes
+		// not yet in a table, which a start writes to one before it takes
+		// anything. On the disk still full the start stops, in one line
+		// naming it (Pebble alone would try the table again, at once, for
+		// ever); once there is room the next start has every change.
+		t.Run(tc.name+": a start after SIGKILL on the full disk stops, naming it", func(t *testing.T) {
+			t.Parallel()
+			b := startFullDiskBroker(t)
+			acked := b.warmUp(t, tc.warm)
+			ballast, taken := b.fillUntilRefused(t)
+			acked = append(acked, taken...)
+			require.NoError(t, b.cmd.Process.Signal(syscall.SIGKILL))
+			<-b.child.Exited()
+
+			// A bound on the start's end, far beyond it (tens of ms).
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, testbin.A2ABus(t), "serve", "--bus=pipe", "--data-dir", filepath.Join(b.mnt, "data"))
+			cmd.Env = testEnv(t)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			require.NoError(t, ctx.Err(), "the start on the full disk never ended; stderr:\n%s", &stderr)
+			require.Error(t, err, "the start on the full disk fails")
+			t.Logf("stderr: %s", &stderr)
+			msg := strings.TrimSpace(stderr.String())
+			assert.NotContains(t, msg, "\n", "one line")
+			assert.Contains(t, msg, "the disk is full")
+			assert.Contains(t, msg, "free room on the disk")
+
+			require.NoError(t, os.Remove(ballast))
+			again := startPipeBroker(t, filepath.Join(b.mnt, "data"))
+			b.req.register(t, again)
+			b.asg.register(t, again)
+			s, err := again.Session(context.Background(), b.req.session)
+			require.NoError(t, err)
+			b.rs = s
+			for _, id := range acked {
+				b.read(t, id)
+			}
+		})
 		// Whatever the changes meet (the test above says what they
 		// should), SIGTERM ends serve. Most of it is serve's wait for the
 		// full disk at its exit (pebblestore's CloseTimeout): the two

@@ -45,7 +45,12 @@ type disk struct {
 	waiting []*waiter
 	full    chan struct{} // closed while writes wait; a new one when they are done
 	live    bool          // the store is open: writes that find no room wait, a log's fault fails it
-	probing bool          // the retrier runs
+	opening bool          // an existing database opens: writes that find no room wait (untold)
+	first   struct {      // the write that found the disk full while opening, told once live
+		path string
+		err  error
+	}
+	probing bool // the retrier runs
 
 	round sync.Mutex // one round of retries at a time
 }
@@ -90,10 +95,26 @@ func (d *disk) waiters() int {
 
 // setLive says the store is open: until then, while Open runs, a write
 // that finds no room fails (the start stops, naming it), and nothing is
-// told.
+// told; but see setOpening. Writes still waiting from the open (a
+// compaction Pebble began as it opened) are told now.
 func (d *disk) setLive() {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	d.live = true
+	if len(d.waiting) > 0 {
+		d.onChange(true, d.first.path, d.first.err)
+	}
+}
+
+// setOpening says whether an existing database is being opened. Pebble
+// then writes the changes its log holds to tables (a flush) before its
+// Open returns, and tries a flush that found no room again at once, for
+// ever: so while opening, a write that finds no room waits, as it does
+// in an open store, and the opener, seeing the disk full, gives up on
+// that open (openAbandoned).
+func (d *disk) setOpening(on bool) {
+	d.mu.Lock()
+	d.opening = on
 	d.mu.Unlock()
 }
 
@@ -122,14 +143,18 @@ func (d *disk) do(path string, op func() error) error {
 	}
 	w := &waiter{path: path, try: op, done: make(chan error, 1)}
 	d.mu.Lock()
-	if !d.live {
+	if !d.live && !d.opening {
 		d.mu.Unlock()
 		return err
 	}
 	d.waiting = append(d.waiting, w)
 	if len(d.waiting) == 1 {
 		close(d.full)
-		d.onChange(true, path, err)
+		if d.live {
+			d.onChange(true, path, err)
+		} else {
+			d.first.path, d.first.err = path, err
+		}
 	}
 	if !d.probing {
 		d.probing = true
@@ -185,7 +210,9 @@ func (d *disk) retry() bool {
 	roomy := len(d.waiting) == 0
 	if roomy && len(ws) > 0 {
 		d.full = make(chan struct{})
-		d.onChange(false, "", nil)
+		if d.live {
+			d.onChange(false, "", nil)
+		}
 	}
 	return roomy
 }

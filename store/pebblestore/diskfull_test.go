@@ -36,15 +36,24 @@ type fullFS struct {
 	failed atomic.Int64 // writes refused
 }
 
-func newFullFS(suffix string) *fullFS {
+func newFullFS(suffix string) *fullFS { return newFullFSOf(suffix, true) }
+
+// newFullFSOf is newFullFS whose full disk, with entries false, still
+// takes new files and folders (as one with inodes left does: tmpfs, a
+// quota of bytes), and refuses only the bytes written to them.
+func newFullFSOf(suffix string, entries bool) *fullFS {
 	fs := &fullFS{}
 	fs.FS = errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if !fs.full.Load() || !strings.HasSuffix(op.Path, suffix) {
 			return nil
 		}
 		switch op.Kind {
-		case errorfs.OpCreate, errorfs.OpLink, errorfs.OpReuseForWrite, errorfs.OpMkdirAll,
-			errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFilePreallocate:
+		case errorfs.OpCreate, errorfs.OpLink, errorfs.OpReuseForWrite, errorfs.OpMkdirAll:
+			if !entries {
+				return nil
+			}
+			fallthrough
+		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFilePreallocate:
 			fs.failed.Add(1)
 			return &os.PathError{Op: "write", Path: op.Path, Err: syscall.ENOSPC}
 		}
@@ -383,4 +392,61 @@ func TestConcurrentChangesThroughFailuresLoseNothingAcknowledged(t *testing.T) {
 		_, err := s2.Get(ctx, id)
 		require.NoError(t, err, "acknowledged %s, after a restart", id)
 	}
+}
+
+// TestAStartOnAFullDiskStopsAndLetsGoOnceThereIsRoom: a start replays
+// the log's changes and writes them to a table before Pebble's Open
+// returns, and Pebble tries a table that found no room again at once,
+// for ever. On a full disk the start stops instead, in one line naming
+// the full disk; the open's write waits for room in the background (not
+// tried again and again), a start meanwhile is told why, and once there
+// is room the data dir is let go and the store opens whole.
+func TestAStartOnAFullDiskStopsAndLetsGoOnceThereIsRoom(t *testing.T) {
+	fs := newFullFSOf("", false)
+	dir := t.TempDir()
+	opts := pebblestore.WithFS(pebblestore.Options{}, fs)
+	s, err := pebblestore.Open(dir, opts)
+	require.NoError(t, err)
+	for i := range 300 {
+		require.NoError(t, s.Create(context.Background(), storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+	}
+	require.NoError(t, s.Close()) // the changes are in the log, not yet in a table
+
+	fs.full.Store(true)
+	opened := make(chan error, 1)
+	go func() {
+		s, err := pebblestore.Open(dir, opts)
+		if err == nil {
+			s.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err = <-opened:
+	case <-time.After(30 * time.Second):
+		fs.full.Store(false) // let the open end
+		t.Fatal("the start never ended on a full disk")
+	}
+	require.ErrorIs(t, err, pebblestore.ErrDiskFull)
+	assert.NotContains(t, err.Error(), "\n")
+	assert.Contains(t, err.Error(), "free room on the disk")
+	_, err = pebblestore.Open(dir, opts)
+	require.ErrorIs(t, err, pebblestore.ErrDiskFull)
+	assert.Contains(t, err.Error(), "an earlier start")
+
+	// The write waits: it is tried again now and then, not at once.
+	tried := fs.failed.Load()
+	require.Eventually(t, func() bool { return fs.failed.Load() >= tried+3 }, 30*time.Second, 10*time.Millisecond)
+	assert.Less(t, fs.failed.Load(), tried+20, "the write that found no room is tried again at once")
+
+	fs.full.Store(false)
+	require.Eventually(t, func() bool {
+		s, err = pebblestore.Open(dir, opts)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the store opens once there is room: %v", err)
+	for i := range 300 {
+		_, err := s.Get(context.Background(), fmt.Sprint("t", i))
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.Close())
 }

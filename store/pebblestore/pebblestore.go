@@ -312,6 +312,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := mkdirAllSynced(dir); err != nil {
 		return nil, fmt.Errorf("pebblestore: %w", err)
 	}
+	if _, waits := opening.Load(openingKey(dir)); waits {
+		return nil, fmt.Errorf("%w: an earlier start of the store in %s still waits for room on the disk to write its log's changes; free room on the disk, then start again", ErrDiskFull, dir)
+	}
 	// The data dir's lock comes first: a migration and a first store are
 	// made by one broker, not by two at once.
 	lock, err := lockDir(dir, opts.LockTimeout)
@@ -329,6 +332,20 @@ func Open(dir string, opts Options) (*Store, error) {
 			s.fail(fmt.Errorf("the log %s: %w", path, err))
 		})
 	s, err = openLocked(dir, opts)
+	var abandoned *openAbandoned
+	if errors.As(err, &abandoned) {
+		// The abandoned open holds the folder until it ends: so does the
+		// data dir's lock, and a later Open here is told why it waits.
+		key := openingKey(dir)
+		opening.Store(key, struct{}{})
+		go func() {
+			<-abandoned.done
+			lock.Unlock()
+			opts.log.Close()
+			opening.Delete(key)
+		}()
+		return nil, err
+	}
 	if err != nil {
 		lock.Unlock()
 		opts.log.Close()
@@ -337,6 +354,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	s.lock = lock
 	s.disk.setLive()
 	return s, nil
+}
+
+// opening holds the data dirs (openingKey) whose open was given up on a
+// full disk and has not ended yet.
+var opening sync.Map
+
+func openingKey(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return filepath.Clean(dir)
 }
 
 // LockName is the file in the data dir whose lock a store holds while it
@@ -600,10 +628,19 @@ func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
 	for i := range o.Levels {
 		o.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
-	db, err := pebble.Open(path, o)
+	var db *pebble.DB
+	var err error
+	if opts.disk != nil && mustExist && !opts.disk.isLive() {
+		db, err = openWaiting(path, o, opts.disk)
+	} else {
+		db, err = pebble.Open(path, o)
+	}
+	var abandoned *openAbandoned
 	switch {
 	case err == nil:
 		return db, nil
+	case errors.As(err, &abandoned):
+		return nil, err
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return nil, err
 	case isLocked(err):
@@ -615,6 +652,86 @@ func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
 		// middle: the store is not sound.
 		return nil, corrupt(path, err)
 	}
+}
+
+// openAbandoned is an open given up on a full disk: Pebble's Open goes
+// on, its writes waiting for room, and ends (closed at once) when there
+// is some; until then it holds the store's folder.
+type openAbandoned struct {
+	path string // the first file that found no room
+	done <-chan struct{}
+}
+
+func (e *openAbandoned) Error() string {
+	return fmt.Sprintf("%s: the store's start found no room to write %s; free room on the disk, then start again", ErrDiskFull, e.path)
+}
+
+func (e *openAbandoned) Unwrap() error { return ErrDiskFull }
+
+// openWaiting opens the existing database at path with o, whose writes
+// go through d, and gives up on it as soon as a write finds the disk
+// full (openAbandoned). Pebble's Open writes what its log holds to
+// tables before it returns, and would try a table that found no room
+// again at once, for ever; here that write waits for room instead
+// (disk.setOpening), in the background, and the start stops, naming
+// the full disk.
+func openWaiting(path string, o *pebble.Options, d *disk) (*pebble.DB, error) {
+	d.setOpening(true)
+	type opened struct {
+		db  *pebble.DB
+		err error
+	}
+	result := make(chan opened, 1)
+	var (
+		mu     sync.Mutex
+		gaveUp bool
+	)
+	// Owned by the opener; once it gave up, by openAbandoned's done: it
+	// ends when Pebble's Open does, closing the database it opened.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var r opened
+		r.err = fatalAsError(func() (err error) {
+			r.db, err = pebble.Open(path, o)
+			return err
+		})
+		mu.Lock()
+		lost := gaveUp
+		if !lost {
+			result <- r
+		}
+		mu.Unlock()
+		if lost && r.db != nil {
+			_ = fatalAsError(r.db.Close)
+		}
+	}()
+	// An open database's writes go on waiting for room until the store
+	// is live, when they wait as its own do.
+	take := func(r opened) (*pebble.DB, error) {
+		if r.err != nil {
+			d.setOpening(false)
+		}
+		return r.db, r.err
+	}
+	select {
+	case r := <-result:
+		return take(r)
+	case <-d.fullChan():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-result: // opened all the same (a compaction found the disk full)
+		return take(r)
+	default:
+	}
+	// Its writes go on waiting for room (the disk stays opening).
+	gaveUp = true
+	d.mu.Lock()
+	first := d.first.path
+	d.mu.Unlock()
+	return nil, &openAbandoned{path: first, done: done}
 }
 
 // isSystemError tells an error of the operating system (permissions,
