@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -448,5 +449,34 @@ func TestAStartOnAFullDiskStopsAndLetsGoOnceThereIsRoom(t *testing.T) {
 		_, err := s.Get(context.Background(), fmt.Sprint("t", i))
 		require.NoError(t, err)
 	}
+	require.NoError(t, s.Close())
+}
+
+// TestAMarkerWithNoRoomStopsTheStart: the marker of the last
+// acknowledged commit is written anew at a start that has none (a store
+// of an earlier version); with no room for it the start stops in one
+// line naming the full disk and the marker, and leaves no part of it.
+func TestAMarkerWithNoRoomStopsTheStart(t *testing.T) {
+	fs := newFullFSOf(pebblestore.MarkerName+".new", false)
+	dir := t.TempDir()
+	opts := pebblestore.WithFS(pebblestore.Options{}, fs)
+	s, err := pebblestore.Open(dir, opts)
+	require.NoError(t, err)
+	require.NoError(t, s.Create(context.Background(), storetest.NewRecord("t1", "c", "a", "b", 0), 0))
+	require.NoError(t, s.Close())
+	require.NoError(t, os.Remove(filepath.Join(dir, pebblestore.MarkerName)))
+
+	fs.full.Store(true)
+	_, err = pebblestore.Open(dir, opts)
+	require.ErrorIs(t, err, pebblestore.ErrDiskFull)
+	assert.NotContains(t, err.Error(), "\n")
+	assert.Contains(t, err.Error(), pebblestore.MarkerName)
+	assert.NoFileExists(t, filepath.Join(dir, pebblestore.MarkerName+".new"))
+
+	fs.full.Store(false)
+	s, err = pebblestore.Open(dir, opts)
+	require.NoError(t, err)
+	_, err = s.Get(context.Background(), "t1")
+	require.NoError(t, err)
 	require.NoError(t, s.Close())
 }

@@ -117,6 +117,7 @@ func openMarker(fs vfs.FS, path string, n uint64, reset bool) (*marker, error) {
 			err = syncParent(fs, path)
 		}
 		if err != nil {
+			_ = fs.Remove(tmp) // nothing of it is used; a start makes it anew
 			return nil, fmt.Errorf("the marker: %w", err)
 		}
 	}

@@ -460,6 +460,9 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 		reset = true
 	}
 	mark, err := openMarker(privateFS{opts.fs}, markPath, seq, reset)
+	if isNoSpace(err) {
+		return nil, fmt.Errorf("%w: the store's start found no room to write %s; free room on the disk, then start again", ErrDiskFull, markPath)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: %w", err)
 	}
