@@ -237,6 +237,21 @@ func (b *fullDiskBroker) sigterm(t *testing.T) {
 	}
 }
 
+// restartAndRead starts a broker again on the data dir, the members
+// register again, and each acknowledged task is read.
+func (b *fullDiskBroker) restartAndRead(t *testing.T, acked []string) {
+	t.Helper()
+	again := startPipeBroker(t, filepath.Join(b.mnt, "data"))
+	b.req.register(t, again)
+	b.asg.register(t, again)
+	s, err := again.Session(context.Background(), b.req.session)
+	require.NoError(t, err)
+	b.rs = s
+	for _, id := range acked {
+		b.read(t, id)
+	}
+}
+
 func (b *fullDiskBroker) checkLines(t *testing.T) {
 	t.Helper()
 	n, text := b.stderr.count()
@@ -289,15 +304,7 @@ func TestFullDisk(t *testing.T) {
 
 			// Nothing acknowledged is lost: a broker started again on the
 			// data dir has it all.
-			again := startPipeBroker(t, filepath.Join(b.mnt, "data"))
-			b.req.register(t, again)
-			b.asg.register(t, again)
-			s, err := again.Session(context.Background(), b.req.session)
-			require.NoError(t, err)
-			b.rs = s
-			for _, id := range acked {
-				b.read(t, id)
-			}
+			b.restartAndRead(t, acked)
 		})
 		// A broker killed on the full disk: its store's log holds changes
 		// not yet in a table, which a start writes to one before it takes
@@ -330,15 +337,7 @@ func TestFullDisk(t *testing.T) {
 			assert.Contains(t, msg, "free room on the disk")
 
 			require.NoError(t, os.Remove(ballast))
-			again := startPipeBroker(t, filepath.Join(b.mnt, "data"))
-			b.req.register(t, again)
-			b.asg.register(t, again)
-			s, err := again.Session(context.Background(), b.req.session)
-			require.NoError(t, err)
-			b.rs = s
-			for _, id := range acked {
-				b.read(t, id)
-			}
+			b.restartAndRead(t, acked)
 		})
 		// Whatever the changes meet (the test above says what they
 		// should), SIGTERM ends serve. Most of it is serve's wait for the
