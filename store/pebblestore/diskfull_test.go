@@ -431,9 +431,13 @@ func TestAStartOnAFullDiskStopsAndLetsGoOnceThereIsRoom(t *testing.T) {
 	require.ErrorIs(t, err, pebblestore.ErrDiskFull)
 	assert.NotContains(t, err.Error(), "\n")
 	assert.Contains(t, err.Error(), "free room on the disk")
-	_, err = pebblestore.Open(dir, opts)
-	require.ErrorIs(t, err, pebblestore.ErrDiskFull)
-	assert.Contains(t, err.Error(), "an earlier start")
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(dir, link))
+	for _, d := range []string{dir, link} { // the same data dir, by another name too
+		_, err = pebblestore.Open(d, opts)
+		require.ErrorIs(t, err, pebblestore.ErrDiskFull, d)
+		assert.Contains(t, err.Error(), "an earlier start", d)
+	}
 
 	// The write waits: it is tried again now and then, not at once.
 	tried := fs.failed.Load()

@@ -182,27 +182,32 @@ func TestAnUndamagedStoreOpens(t *testing.T) {
 // refuses it too.
 func TestAReopenThatLostAcknowledgedChangesIsRefused(t *testing.T) {
 	t.Cleanup(pebblestore.SetReopenEvery(0))
-	fs := newGatedFS(".log")
-	dir := t.TempDir()
-	s, err := pebblestore.Open(dir, pebblestore.WithFS(pebblestore.Options{}, fs))
-	require.NoError(t, err)
-	defer s.Close()
-	ctx := context.Background()
-	for i := range 300 {
-		require.NoError(t, s.Create(ctx, storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+	// A loss accepted at the start is that start's: a later one is not.
+	for _, accept := range []bool{false, true} {
+		t.Run(fmt.Sprint("started accepting a loss: ", accept), func(t *testing.T) {
+			fs := newGatedFS(".log")
+			dir := t.TempDir()
+			s, err := pebblestore.Open(dir, pebblestore.WithFS(pebblestore.Options{AcceptDataLoss: accept}, fs))
+			require.NoError(t, err)
+			defer s.Close()
+			ctx := context.Background()
+			for i := range 300 {
+				require.NoError(t, s.Create(ctx, storetest.NewRecord(fmt.Sprint("t", i), "c", "a", "b", i), 0))
+			}
+			held := newestLog(t, dir)
+			fs.fail.Store(true)
+			require.ErrorIs(t, s.Create(ctx, storetest.NewRecord("x", "c", "a", "b", 0), 0), pebblestore.ErrFailed)
+			st, err := os.Stat(held)
+			require.NoError(t, err)
+			require.NoError(t, os.Truncate(held, st.Size()/2))
+			fs.fail.Store(false)
+			for range 2 {
+				err = s.Create(ctx, storetest.NewRecord("y", "c", "a", "b", 0), 0)
+				require.ErrorIs(t, err, pebblestore.ErrDataLoss)
+				assert.Contains(t, err.Error(), "acknowledged commits are lost")
+			}
+			require.NoError(t, s.Close())
+			refusedForLoss(t, dir, "acknowledged commits are lost")
+		})
 	}
-	held := newestLog(t, dir)
-	fs.fail.Store(true)
-	require.ErrorIs(t, s.Create(ctx, storetest.NewRecord("x", "c", "a", "b", 0), 0), pebblestore.ErrFailed)
-	st, err := os.Stat(held)
-	require.NoError(t, err)
-	require.NoError(t, os.Truncate(held, st.Size()/2))
-	fs.fail.Store(false)
-	for range 2 {
-		err = s.Create(ctx, storetest.NewRecord("y", "c", "a", "b", 0), 0)
-		require.ErrorIs(t, err, pebblestore.ErrDataLoss)
-		assert.Contains(t, err.Error(), "acknowledged commits are lost")
-	}
-	require.NoError(t, s.Close())
-	refusedForLoss(t, dir, "acknowledged commits are lost")
 }

@@ -332,17 +332,18 @@ func Open(dir string, opts Options) (*Store, error) {
 			s.fail(fmt.Errorf("the log %s: %w", path, err))
 		})
 	s, err = openLocked(dir, opts)
-	var abandoned *openAbandoned
-	if errors.As(err, &abandoned) {
-		// The abandoned open holds the folder until it ends: so does the
-		// data dir's lock, and a later Open here is told why it waits.
+	var held heldOpen
+	if errors.As(err, &held) {
+		// The database given up on holds the folder until it is done
+		// (waiting for room): so does the data dir's lock, and a later
+		// Open here is told why it waits.
 		key := openingKey(dir)
 		opening.Store(key, struct{}{})
 		go func() {
-			<-abandoned.done
+			<-held.heldUntil()
+			opening.Delete(key)
 			lock.Unlock()
 			opts.log.Close()
-			opening.Delete(key)
 		}()
 		return nil, err
 	}
@@ -360,11 +361,58 @@ func Open(dir string, opts Options) (*Store, error) {
 // full disk and has not ended yet.
 var opening sync.Map
 
+// openingKey is dir's one name: absolute, its links resolved (it
+// exists once Open has made it).
 func openingKey(dir string) string {
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		return abs
 	}
 	return filepath.Clean(dir)
+}
+
+// heldOpen is an Open's error whose database is not done with the
+// folder yet: it waits for room on the disk, in the background, until
+// heldUntil is closed.
+type heldOpen interface {
+	error
+	heldUntil() <-chan struct{}
+}
+
+// closingLater is Open's error err, refusing a store it had opened,
+// whose database's close waits for room (a compaction Pebble began as
+// it opened found the disk full).
+type closingLater struct {
+	err  error
+	done <-chan struct{}
+}
+
+func (e *closingLater) Error() string              { return e.err.Error() }
+func (e *closingLater) Unwrap() error              { return e.err }
+func (e *closingLater) heldUntil() <-chan struct{} { return e.done }
+
+// closeOpened closes a database Open opened and then refused (err): at
+// once, unless its close waits for room on the disk; then in the
+// background, and err says so (closingLater).
+func closeOpened(db *pebble.DB, d *disk, err error) error {
+	done := make(chan struct{})
+	go func() { // owned by closingLater's done once Open returns
+		defer close(done)
+		_ = fatalAsError(db.Close)
+	}()
+	select {
+	case <-done:
+		return err
+	case <-d.fullChan():
+	}
+	select {
+	case <-done:
+		return err
+	default:
+		return &closingLater{err: err, done: done}
+	}
 }
 
 // LockName is the file in the data dir whose lock a store holds while it
@@ -434,7 +482,7 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	}
 	defer func() {
 		if err != nil && db != nil {
-			_ = fatalAsError(db.Close)
+			err = closeOpened(db, opts.disk, err)
 		}
 	}()
 	if err != nil {
@@ -669,7 +717,8 @@ func (e *openAbandoned) Error() string {
 	return fmt.Sprintf("%s: the store's start found no room to write %s; free room on the disk, then start again", ErrDiskFull, e.path)
 }
 
-func (e *openAbandoned) Unwrap() error { return ErrDiskFull }
+func (e *openAbandoned) Unwrap() error              { return ErrDiskFull }
+func (e *openAbandoned) heldUntil() <-chan struct{} { return e.done }
 
 // openWaiting opens the existing database at path with o, whose writes
 // go through d, and gives up on it as soon as a write finds the disk

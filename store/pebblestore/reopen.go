@@ -106,7 +106,9 @@ func (s *Store) reopen() (err error) {
 		// The log lost acknowledged commits while the store was failed:
 		// refused as a start would refuse it, and the store stays failed
 		// (its marker keeps the last acknowledged commit, for that start).
-		err = fmt.Errorf("%w: %s; restore the data dir from a backup, or restart with --accept-data-loss to go on without them",
+		// A loss accepted at the start (AcceptDataLoss) was that one; this
+		// one is new, and a start must accept it anew.
+		err = fmt.Errorf("%w: %s; restore the data dir from a backup, or start the broker again with --accept-data-loss to go on without them",
 			ErrDataLoss, logLoss(seq, acked, filepath.Join(filepath.Dir(s.path), MarkerName)))
 	}
 	if err == nil && s.logFaults.Load() != faults {
