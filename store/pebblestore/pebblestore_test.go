@@ -229,7 +229,7 @@ func TestADamagedStoreIsRefused(t *testing.T) {
 			require.NoError(t, s.Close())
 			tc.damage(t, dir)
 			for range 2 { // refused each time, and leaves nothing held
-				var logged lockedLog
+				var logged lines
 				log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo}))
 				_, err := pebblestore.Open(dir, pebblestore.Options{LockTimeout: 100 * time.Millisecond, Logger: log})
 				require.Error(t, err)
@@ -858,22 +858,4 @@ func TestANegativeOptionIsRefused(t *testing.T) {
 			assert.ErrorIs(t, err, os.ErrNotExist)
 		})
 	}
-}
-
-// lockedLog is a log destination several goroutines write.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
