@@ -114,7 +114,7 @@ func openMarker(fs vfs.FS, path string, n uint64, reset bool) (*marker, error) {
 			err = fs.Rename(tmp, path)
 		}
 		if err == nil {
-			err = syncParent(fs, path)
+			err = syncFolder(fs, filepath.Dir(path))
 		}
 		if err != nil {
 			_ = fs.Remove(tmp) // nothing of it is used; a start makes it anew
@@ -173,19 +173,5 @@ func (m *marker) close() error {
 	}
 	err := m.f.Close()
 	m.f = nil
-	return err
-}
-
-// syncParent syncs the folder that holds path, so that a file created or
-// renamed there survives a power cut.
-func syncParent(fs vfs.FS, path string) error {
-	d, err := fs.OpenDir(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
 	return err
 }

@@ -32,7 +32,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -841,19 +840,29 @@ func createIfMissing(path string, opts Options, fill func(db *pebble.DB) error) 
 	return syncDir(filepath.Dir(path))
 }
 
-// syncDir makes a folder's entries durable (a new entry's name). Where a
-// folder cannot be synced (Windows), its entries are durable already. A
-// variable, so that a test sees which folders are synced when.
+// syncDir makes a folder's entries durable (a new entry's name), on the
+// operating system's file system. A variable, so that a test sees which
+// folders are synced when.
 var syncDir = func(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("pebblestore: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && runtime.GOOS != "windows" {
+	if err := syncFolder(vfs.Default, dir); err != nil {
 		return fmt.Errorf("pebblestore: sync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// syncFolder makes dir's entries durable on fs. Where a folder cannot be
+// synced (Windows), its entries are durable already, and Pebble's file
+// system does nothing.
+func syncFolder(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // prepare writes the schema version of a new store.
