@@ -49,12 +49,12 @@ func TestARefusedStoreWhoseCloseWaitsForRoomIsLetGoLater(t *testing.T) {
 	err = closeOpened(db, d, refusal)
 	require.ErrorIs(t, err, refusal)
 	assert.Equal(t, "refused", err.Error())
-	var held heldOpen
+	var held *heldOpen
 	require.True(t, errors.As(err, &held), "the close is left to the background")
 
 	full.Store(false)
 	select {
-	case <-held.heldUntil():
+	case <-held.done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the close never ended once there was room")
 	}

@@ -111,7 +111,7 @@ func (d *disk) setLive() {
 // Open returns, and tries a flush that found no room again at once, for
 // ever: so while opening, a write that finds no room waits, as it does
 // in an open store, and the opener, seeing the disk full, gives up on
-// that open (openAbandoned).
+// that open (openWaiting).
 func (d *disk) setOpening(on bool) {
 	d.mu.Lock()
 	d.opening = on

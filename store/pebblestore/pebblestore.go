@@ -331,7 +331,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			s.fail(fmt.Errorf("the log %s: %w", path, err))
 		})
 	s, err = openLocked(dir, opts)
-	var held heldOpen
+	var held *heldOpen
 	if errors.As(err, &held) {
 		// The database given up on holds the folder until it is done
 		// (waiting for room): so does the data dir's lock, and a later
@@ -339,7 +339,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		key := openingKey(dir)
 		opening.Store(key, struct{}{})
 		go func() {
-			<-held.heldUntil()
+			<-held.done
 			opening.Delete(key)
 			lock.Unlock()
 			opts.log.Close()
@@ -372,32 +372,30 @@ func openingKey(dir string) string {
 	return filepath.Clean(dir)
 }
 
-// heldOpen is an Open's error whose database is not done with the
-// folder yet: it waits for room on the disk, in the background, until
-// heldUntil is closed.
-type heldOpen interface {
-	error
-	heldUntil() <-chan struct{}
-}
-
-// closingLater is Open's error err, refusing a store it had opened,
-// whose database's close waits for room (a compaction Pebble began as
-// it opened found the disk full).
-type closingLater struct {
+// heldOpen is Open's error err whose database is not done with the
+// data dir yet: it waits for room on the disk, in the background, until
+// done is closed. An open given up on (openWaiting), or the close of a
+// store refused after it opened (closeOpened).
+type heldOpen struct {
 	err  error
 	done <-chan struct{}
 }
 
-func (e *closingLater) Error() string              { return e.err.Error() }
-func (e *closingLater) Unwrap() error              { return e.err }
-func (e *closingLater) heldUntil() <-chan struct{} { return e.done }
+func (e *heldOpen) Error() string { return e.err.Error() }
+func (e *heldOpen) Unwrap() error { return e.err }
+
+// noRoomAtStart is a start's refusal on a full disk, where path found no
+// room.
+func noRoomAtStart(path string) error {
+	return fmt.Errorf("%w: the store's start found no room to write %s; free room on the disk, then start again", ErrDiskFull, path)
+}
 
 // closeOpened closes a database Open opened and then refused (err): at
 // once, unless its close waits for room on the disk; then in the
-// background, and err says so (closingLater).
+// background, and err says so (heldOpen).
 func closeOpened(db *pebble.DB, d *disk, err error) error {
 	done := make(chan struct{})
-	go func() { // owned by closingLater's done once Open returns
+	go func() { // owned by heldOpen's done once Open returns
 		defer close(done)
 		_ = fatalAsError(db.Close)
 	}()
@@ -410,7 +408,7 @@ func closeOpened(db *pebble.DB, d *disk, err error) error {
 	case <-done:
 		return err
 	default:
-		return &closingLater{err: err, done: done}
+		return &heldOpen{err: err, done: done}
 	}
 }
 
@@ -508,7 +506,7 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 	}
 	mark, err := openMarker(privateFS{opts.fs}, markPath, seq, reset)
 	if isNoSpace(err) {
-		return nil, fmt.Errorf("%w: the store's start found no room to write %s; free room on the disk, then start again", ErrDiskFull, markPath)
+		return nil, noRoomAtStart(markPath)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: %w", err)
@@ -685,11 +683,11 @@ func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
 	} else {
 		db, err = pebble.Open(path, o)
 	}
-	var abandoned *openAbandoned
+	var held *heldOpen
 	switch {
 	case err == nil:
 		return db, nil
-	case errors.As(err, &abandoned):
+	case errors.As(err, &held):
 		return nil, err
 	case errors.Is(err, pebble.ErrDBDoesNotExist):
 		return nil, err
@@ -704,24 +702,9 @@ func open(path string, opts Options, mustExist bool) (*pebble.DB, error) {
 	}
 }
 
-// openAbandoned is an open given up on a full disk: Pebble's Open goes
-// on, its writes waiting for room, and ends (closed at once) when there
-// is some; until then it holds the store's folder.
-type openAbandoned struct {
-	path string // the first file that found no room
-	done <-chan struct{}
-}
-
-func (e *openAbandoned) Error() string {
-	return fmt.Sprintf("%s: the store's start found no room to write %s; free room on the disk, then start again", ErrDiskFull, e.path)
-}
-
-func (e *openAbandoned) Unwrap() error              { return ErrDiskFull }
-func (e *openAbandoned) heldUntil() <-chan struct{} { return e.done }
-
 // openWaiting opens the existing database at path with o, whose writes
 // go through d, and gives up on it as soon as a write finds the disk
-// full (openAbandoned). Pebble's Open writes what its log holds to
+// full (heldOpen: the start stops on the full disk). Pebble's Open writes what its log holds to
 // tables before it returns, and would try a table that found no room
 // again at once, for ever; here that write waits for room instead
 // (disk.setOpening), in the background, and the start stops, naming
@@ -737,7 +720,7 @@ func openWaiting(path string, o *pebble.Options, d *disk) (*pebble.DB, error) {
 		mu     sync.Mutex
 		gaveUp bool
 	)
-	// Owned by the opener; once it gave up, by openAbandoned's done: it
+	// Owned by the opener; once it gave up, by heldOpen's done: it
 	// ends when Pebble's Open does, closing the database it opened.
 	done := make(chan struct{})
 	go func() {
@@ -782,7 +765,7 @@ func openWaiting(path string, o *pebble.Options, d *disk) (*pebble.DB, error) {
 	d.mu.Lock()
 	first := d.first.path
 	d.mu.Unlock()
-	return nil, &openAbandoned{path: first, done: done}
+	return nil, &heldOpen{err: noRoomAtStart(first), done: done}
 }
 
 // isSystemError tells an error of the operating system (permissions,
