@@ -53,26 +53,27 @@ type marker struct {
 	n    uint64 // the number last written
 }
 
-// readMarker reads the marker at path: its number, and whether it is
-// there. A marker with no whole slot is an error.
-func readMarker(fs vfs.FS, path string) (n uint64, exists bool, err error) {
+// readMarker reads the marker at path: its number, the slot to write
+// next, and whether it is there. A marker with no whole slot is an
+// error.
+func readMarker(fs vfs.FS, path string) (n uint64, next int, exists bool, err error) {
 	f, err := fs.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, false, nil
+		return 0, 0, false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, 0, false, err
 	}
 	defer f.Close()
 	buf := make([]byte, markerLen)
 	if _, err := io.ReadFull(f, buf); err != nil {
-		return 0, true, fmt.Errorf("the marker %s is short: %v", path, err)
+		return 0, 0, true, fmt.Errorf("the marker %s is short: %v", path, err)
 	}
-	n, _, ok := bestSlot(buf)
+	n, slot, ok := bestSlot(buf)
 	if !ok {
-		return 0, true, fmt.Errorf("the marker %s is damaged", path)
+		return 0, 0, true, fmt.Errorf("the marker %s is damaged", path)
 	}
-	return n, true, nil
+	return n, 1 - slot, true, nil
 }
 
 // bestSlot returns the greater whole slot's number and index.
@@ -87,13 +88,12 @@ func bestSlot(buf []byte) (n uint64, slot int, ok bool) {
 	return n, slot, ok
 }
 
-// openMarker opens the marker at path, writing n into both slots (a new
-// store, an old one without a marker, or one whose loss was accepted)
-// when reset or when it is not there, the file and its folder synced.
-func openMarker(fs vfs.FS, path string, n uint64, reset bool) (*marker, error) {
-	_, err := fs.Stat(path)
-	exists := err == nil
-	if !exists || reset {
+// openMarker opens the marker at path, which holds n and is written
+// next in slot next (readMarker). With reset (a new store, an old one
+// without a marker, or one whose loss was accepted) it is first written
+// anew, n in both slots, the file and its folder synced.
+func openMarker(fs vfs.FS, path string, n uint64, next int, reset bool) (*marker, error) {
+	if reset {
 		// A fresh file, renamed into place: the whole of it or nothing.
 		tmp := path + ".new"
 		f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
@@ -125,17 +125,7 @@ func openMarker(fs vfs.FS, path string, n uint64, reset bool) (*marker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the marker: %w", err)
 	}
-	buf := make([]byte, markerLen)
-	if _, err := f.ReadAt(buf, 0); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("the marker: %w", err)
-	}
-	cur, slot, ok := bestSlot(buf)
-	if !ok {
-		f.Close()
-		return nil, fmt.Errorf("the marker %s is damaged", path)
-	}
-	return &marker{f: f, next: 1 - slot, n: cur}, nil
+	return &marker{f: f, next: next, n: n}, nil
 }
 
 func putSlot(s []byte, n uint64) {

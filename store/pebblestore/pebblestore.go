@@ -434,7 +434,7 @@ func lockDir(dir string, timeout time.Duration) (*flock.Flock, error) {
 func openLocked(dir string, opts Options) (s *Store, err error) {
 	path := filepath.Join(dir, DirName)
 	markPath := filepath.Join(dir, MarkerName)
-	marked, held, err := readMarker(opts.fs, markPath)
+	marked, next, held, err := readMarker(opts.fs, markPath)
 	if err != nil {
 		if !opts.AcceptDataLoss {
 			return nil, fmt.Errorf("%w: %v, so the store cannot show that it holds every acknowledged change; start with --accept-data-loss to go on without that check", ErrDataLoss, err)
@@ -504,7 +504,10 @@ func openLocked(dir string, opts Options) (s *Store, err error) {
 		}
 		reset = true
 	}
-	mark, err := openMarker(privateFS{opts.fs}, markPath, seq, reset)
+	if reset {
+		marked, next = seq, 0
+	}
+	mark, err := openMarker(privateFS{opts.fs}, markPath, marked, next, reset)
 	if isNoSpace(err) {
 		return nil, noRoomAtStart(markPath)
 	}
