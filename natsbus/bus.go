@@ -419,14 +419,13 @@ func (b *Bus) dispatch(h transport.Handler, m inbound, bySession bool) {
 			b.svc.done(endpoint, time.Since(received), nil, "") // a notification: served, not answered
 		}
 	})
+	var be *admission.BusyError
 	switch {
-	case errors.Is(err, admission.ErrBusy):
+	case errors.As(err, &be):
 		// The flood's overflow: answered as cheaply as can be, so that
 		// the subscription keeps up with it; past busyAnswers a second,
 		// not answered at all (the flooder's calls time out).
 		if b.fair.BusyAnswer(key, busyAnswers, time.Now()) {
-			var be *admission.BusyError
-			errors.As(err, &be)
 			b.reply(m, busyAnswer(wire.PeekID(m.data), be))
 			b.svc.done(endpoint, time.Since(received), nil, busyProblem)
 		} else {
@@ -454,13 +453,10 @@ func busyAnswer(id json.RawMessage, be *admission.BusyError) []byte {
 		id = json.RawMessage("null")
 	}
 	var msg string
-	switch {
-	case be == nil:
-		msg = "the session has too many requests waiting for the broker; retry after a pause"
-	case be.Bytes:
+	if be.Bytes {
 		msg = fmt.Sprintf("the session's %d requests waiting for the broker hold %d bytes; with this one's %d they would pass the bound of %d bytes waiting (%d in service); retry after a pause",
 			be.Waiting, be.WaitingBytes, be.Size, be.MaxBytes, be.Running)
-	default:
+	} else {
 		msg = fmt.Sprintf("the session has %d requests waiting for the broker, the bound of requests waiting (%d in service); retry after a pause",
 			be.Waiting, be.Running)
 	}

@@ -154,7 +154,7 @@ func (q *Queue) Forget(key string) {
 }
 
 // Submit runs run now, or queues it behind key's earlier requests. It
-// returns ErrBusy, running nothing, when key already has its bound of
+// returns a *BusyError (ErrBusy), running nothing, when key already has its bound of
 // waiting requests (or bytes), and ErrClosed after Close.
 func (q *Queue) Submit(key string, size int, run func(serve bool)) error {
 	q.mu.Lock()
